@@ -1,0 +1,305 @@
+"""Plotly figures from the reader's tables: positions over time, drafter minus target, acceptance.
+
+Every trace gets numpy arrays (Plotly serialises them as binary, 40x faster than lists) downsampled to a
+few thousand points; error and reset markers are never downsampled. No log text goes into a figure:
+hover labels carry numbers and line numbers only, because Plotly renders some HTML in labels.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analyze.downsample import DEFAULT_MAX_POINTS, minmax_indices
+from analyze.overview import RESET_KINDS, details
+from analyze.positions import (
+    XAxis,
+    choose_axis,
+    default_tolerance,
+    delta,
+    stored_positions,
+    stretches,
+)
+
+COLOURS = {
+    "target": "#1f6fc5",
+    "drafter": "#f28e1c",
+    "unknown": "#9a9a9a",
+    "error": "#d62728",
+    "reset": "#6b6b6b",
+    "divergence": "rgba(214, 39, 40, 0.13)",
+}
+MAX_GAP_LABELS = 12  # text labels on the first errors; every error still has its segment and hover
+
+
+def _in_range(x: np.ndarray, x_range: tuple[float, float] | None) -> np.ndarray:
+    if x_range is None:
+        return np.ones(x.size, dtype=bool)
+    return (x >= x_range[0]) & (x <= x_range[1])
+
+
+def _segments(x: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertical segments x: (y0 -> y1) as one trace's points, separated by NaN gaps."""
+    n = x.size
+    xs = np.empty(3 * n)
+    ys = np.empty(3 * n)
+    xs[0::3], xs[1::3], xs[2::3] = x, x, np.nan
+    ys[0::3], ys[1::3], ys[2::3] = y0, y1, np.nan
+    return xs, ys
+
+
+def _position_traces(
+    fig: go.Figure, result: object, seq_id: int | None, axis: XAxis,
+    x_range: tuple[float, float] | None, max_points: int, suffix: str = "", col: int | None = None,
+    dash: str | None = None,
+) -> tuple[float, float]:
+    """Add the stored-position lines and batch spans; return the y extent drawn (for resets and shading)."""
+    lo, hi = np.inf, -np.inf
+    add = (lambda tr: fig.add_trace(tr, row=1, col=col)) if col else fig.add_trace
+    b = result.batches  # type: ignore[attr-defined]
+    seq_ok = pd.to_numeric(b["seq_id"], errors="coerce") == seq_id if seq_id is not None else True
+    for context in ("target", "drafter", "unknown"):
+        # Batch spans: the positions each decoded batch covered.
+        part = b[(b["context"] == context) & seq_ok] if len(b) else b
+        if len(part):
+            x = axis.of(part["line"], part["t"])
+            keep = _in_range(x, x_range)
+            x, pmin, pmax = x[keep], part["pos_min"].to_numpy(float)[keep], part["pos_max"].to_numpy(float)[keep]
+            failed = ~part["ok"].to_numpy(bool)[keep]
+            idx = minmax_indices(pmax, max_points // 2, np.flatnonzero(failed))
+            if idx.size:
+                xs, ys = _segments(x[idx], pmin[idx], pmax[idx])
+                lo, hi = min(lo, np.nanmin(pmin[idx])), max(hi, np.nanmax(pmax[idx]))
+                add(go.Scatter(
+                    x=xs, y=ys, mode="lines", name=f"{context} batch span{suffix}",
+                    legendgroup=f"{context}{suffix}", line={"color": COLOURS[context], "width": 5},
+                    opacity=0.35, hoverinfo="skip",
+                ))  # fmt: skip
+        if context == "unknown":
+            continue
+        # The stored max position: the line a reader follows.
+        s = stored_positions(result, context, seq_id, axis)
+        s = s[_in_range(s["x"].to_numpy(float), x_range)]
+        pos = s["pos"].to_numpy(float)
+        idx = minmax_indices(pos, max_points, np.flatnonzero((s["source"] == "error").to_numpy()))
+        x, y, line = s["x"].to_numpy(float)[idx], pos[idx], s["line"].to_numpy(np.int64)[idx]
+        if y.size:
+            lo, hi = min(lo, np.nanmin(y)), max(hi, np.nanmax(y))
+        add(go.Scatter(
+            x=x, y=y, mode="lines+markers" if y.size < 400 else "lines", name=f"{context}{suffix}",
+            legendgroup=f"{context}{suffix}", line={"color": COLOURS[context], "width": 2, "shape": "hv",
+                                                     "dash": dash},
+            marker={"size": 5}, customdata=line,
+            hovertemplate=f"{context}: stored max %{{y}}<br>line %{{customdata}}<extra></extra>",
+        ))  # fmt: skip
+    return lo, hi
+
+
+def _error_traces(
+    fig: go.Figure, result: object, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None,
+    suffix: str = "", col: int | None = None, labels: bool = True,
+) -> tuple[float, float]:
+    add = (lambda tr: fig.add_trace(tr, row=1, col=col)) if col else fig.add_trace
+    err = result.errors  # type: ignore[attr-defined]
+    if seq_id is not None:
+        err = err[(pd.to_numeric(err["seq_id"], errors="coerce") == seq_id) | err["seq_id"].isna()]
+    err = err[err["last_pos"].notna() | err["batch_start"].notna()]
+    if not len(err):
+        return np.inf, -np.inf
+    x = axis.of(err["line"], err["t"])
+    keep = _in_range(x, x_range)
+    err, x = err[keep], x[keep]
+    if not len(err):
+        return np.inf, -np.inf
+    X = err["last_pos"].to_numpy(float)
+    Y = err["batch_start"].to_numpy(float)
+    line = err["line"].to_numpy(np.int64)
+    both = ~np.isnan(X) & ~np.isnan(Y)
+    xs, ys = _segments(x[both], X[both], Y[both])
+    gap = Y - X - 1
+    add(go.Scatter(
+        x=xs, y=ys, mode="lines+markers", name=f"position error (X to Y){suffix}",
+        line={"color": COLOURS["error"], "width": 2}, marker={"size": 9, "symbol": "x", "color": COLOURS["error"]},
+        customdata=np.repeat(np.column_stack([line[both], X[both], Y[both], gap[both]]), 3, axis=0),
+        hovertemplate="position error at line %{customdata[0]}<br>stored X = %{customdata[1]}"
+                      "<br>batch Y = %{customdata[2]}<br>gap %{customdata[3]}<extra></extra>",
+    ))  # fmt: skip
+    only_y = np.isnan(X) & ~np.isnan(Y)
+    if only_y.any():
+        add(go.Scatter(
+            x=x[only_y], y=Y[only_y], mode="markers", name=f"position error, X cut off{suffix}",
+            marker={"size": 10, "symbol": "triangle-down-open", "color": COLOURS["error"]},
+            customdata=line[only_y], hovertemplate="position error at line %{customdata} (X not in the log)"
+                                                     "<br>batch Y = %{y}<extra></extra>",
+        ))  # fmt: skip
+    if labels:
+        for i in np.flatnonzero(both)[:MAX_GAP_LABELS]:
+            fig.add_annotation(
+                x=x[i], y=(X[i] + Y[i]) / 2, text=f"gap {int(gap[i])}", showarrow=False, xanchor="left",
+                xshift=6, font={"color": COLOURS["error"], "size": 11}, row=1 if col else None, col=col,
+            )
+    vals = np.concatenate([X[~np.isnan(X)], Y[~np.isnan(Y)]])
+    return float(vals.min()), float(vals.max())
+
+
+def _resets(result: object, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None) -> pd.DataFrame:
+    ev = result.events  # type: ignore[attr-defined]
+    ev = ev[ev["kind"].isin(RESET_KINDS)]
+    if seq_id is not None and len(ev):
+        ev = ev[(pd.to_numeric(ev["seq_id"], errors="coerce") == seq_id) | ev["seq_id"].isna()]
+    x = axis.of(ev["line"], ev["t"])
+    keep = _in_range(x, x_range)
+    return pd.DataFrame({"x": x[keep], "line": ev["line"].to_numpy(np.int64)[keep],
+                         "context": ev["context"].to_numpy(object)[keep]})
+
+
+def _vertical_band_trace(x0: Sequence[float], x1: Sequence[float], lo: float, hi: float) -> tuple[np.ndarray, ...]:
+    """Closed rectangles (for fill='toself') from x0 to x1 spanning lo..hi, NaN-separated."""
+    x0, x1 = np.asarray(x0, float), np.asarray(x1, float)
+    n = x0.size
+    xs = np.empty(6 * n)
+    ys = np.empty(6 * n)
+    for k, (xv, yv) in enumerate(((x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo), (np.nan, np.nan))):
+        xs[k::6] = xv
+        ys[k::6] = yv
+    return xs, ys
+
+
+def position_figure(
+    result: object,
+    *,
+    seq_id: int | None = None,
+    axis: XAxis | None = None,
+    x_range: tuple[float, float] | None = None,
+    tolerance: float | None = None,
+    max_points: int = DEFAULT_MAX_POINTS,
+    title: str | None = None,
+) -> go.Figure:
+    """The main chart: KV position over time for target and drafter, errors, resets, divergence."""
+    axis = axis or choose_axis(result)
+    fig = go.Figure()
+    lo, hi = _position_traces(fig, result, seq_id, axis, x_range, max_points)
+    elo, ehi = _error_traces(fig, result, seq_id, axis, x_range)
+    lo, hi = min(lo, elo), max(hi, ehi)
+    if not np.isfinite(lo):
+        lo, hi = 0.0, 1.0
+    pad = max(1.0, (hi - lo) * 0.03)
+    lo, hi = lo - pad, hi + pad
+    # Divergence shading goes first in the legend but under the data (Plotly draws fills in trace order).
+    tol = default_tolerance(result) if tolerance is None else tolerance
+    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
+    runs = [r for r in stretches(d, tol) if x_range is None or (r.x1 >= x_range[0] and r.x0 <= x_range[1])]
+    if runs:
+        xs, ys = _vertical_band_trace([r.x0 for r in runs], [r.x1 for r in runs], lo, hi)
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor=COLOURS["divergence"],
+            name=f"drafter and target apart (> {tol:g})", hoverinfo="skip",
+        ))  # fmt: skip
+    resets = _resets(result, seq_id, axis, x_range)
+    if len(resets):
+        xs, ys = _segments(resets["x"].to_numpy(float), np.full(len(resets), lo), np.full(len(resets), hi))
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", name="reset", line={"color": COLOURS["reset"], "width": 1, "dash": "dot"},
+            customdata=np.repeat(resets["line"].to_numpy(), 3),
+            hovertemplate="reset at line %{customdata}<extra></extra>",
+        ))  # fmt: skip
+    fig.update_layout(
+        title=html.escape(title) if title else None,
+        xaxis_title=axis.title, yaxis_title="KV position", height=520, hovermode="closest",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        margin={"l": 60, "r": 20, "t": 60 if title else 40, "b": 50},
+    )
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
+    return fig
+
+
+def delta_figure(
+    result: object, *, seq_id: int | None = None, axis: XAxis | None = None,
+    x_range: tuple[float, float] | None = None, tolerance: float | None = None,
+    max_points: int = DEFAULT_MAX_POINTS,
+) -> go.Figure:
+    """Drafter minus target stored position over time (0 = in step)."""
+    axis = axis or choose_axis(result)
+    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
+    d = d[_in_range(d["x"].to_numpy(float), x_range)]
+    dv = d["delta"].to_numpy(float)
+    idx = minmax_indices(dv, max_points)
+    tol = default_tolerance(result) if tolerance is None else tolerance
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=d["x"].to_numpy(float)[idx], y=dv[idx], mode="lines", name="drafter minus target",
+        line={"color": COLOURS["drafter"], "shape": "hv"}, customdata=d["line"].to_numpy(np.int64)[idx],
+        hovertemplate="drafter - target = %{y}<br>line %{customdata}<extra></extra>",
+    ))  # fmt: skip
+    if tol:
+        fig.add_hrect(y0=-tol, y1=tol, fillcolor="rgba(120,120,120,0.10)", line_width=0)
+    fig.add_hline(y=0, line={"color": "#444", "width": 1})
+    fig.update_layout(
+        xaxis_title=axis.title, yaxis_title="drafter - target (positions)", height=300,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50}, showlegend=False,
+    )
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
+    return fig
+
+
+def acceptance_figure(result: object) -> go.Figure | None:
+    """Accepted draft tokens per cycle where the log prints them, else acceptance per draft position."""
+    ev = result.events  # type: ignore[attr-defined]
+    cycles = ev[ev["kind"] == "accepted"]
+    rows = [(d.get("accepted"), d.get("drafted")) for d in details(cycles)]
+    acc = np.array([float(a) if a is not None else np.nan for a, _ in rows])
+    drafted = np.array([float(g) if g is not None else np.nan for _, g in rows])
+    if acc.size and not np.isnan(acc).all():
+        fig = go.Figure()
+        counts = pd.Series(acc[~np.isnan(acc)]).value_counts().sort_index()
+        fig.add_trace(go.Bar(x=counts.index.to_numpy(float), y=counts.to_numpy(float), name="cycles",
+                             marker_color=COLOURS["drafter"]))
+        rate = np.nansum(acc) / np.nansum(drafted) if np.nansum(drafted) else np.nan
+        fig.update_layout(
+            title=f"accepted draft tokens per cycle ({acc.size} cycles, {rate:.1%} accepted)",
+            xaxis_title="accepted tokens in a cycle", yaxis_title="cycles", height=300,
+            margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        )
+        return fig
+    stats = ev[ev["kind"] == "draft_stats"]
+    for d in reversed(details(stats)):
+        text = d.get("acc_per_pos")
+        if not text:
+            continue
+        try:
+            values = np.array([float(v) for v in str(text).split(",") if v.strip()])
+        except ValueError:
+            continue
+        fig = go.Figure(go.Bar(x=np.arange(1, values.size + 1), y=values, marker_color=COLOURS["drafter"]))
+        fig.update_layout(
+            title="acceptance per draft position", xaxis_title="draft position", yaxis_title="accepted",
+            height=300, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        )
+        return fig
+    return None
+
+
+def compare_figure(
+    a: object, b: object, *, names: tuple[str, str], seq_id: int | None = None,
+    max_points: int = DEFAULT_MAX_POINTS,
+) -> go.Figure:
+    """Two sources side by side, sharing one position axis (say before and after a fix)."""
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[html.escape(n) for n in names])
+    for col, (res, suffix) in enumerate(((a, " (A)"), (b, " (B)")), start=1):
+        axis = choose_axis(res)
+        _position_traces(fig, res, seq_id, axis, None, max_points, suffix=suffix, col=col,
+                         dash=None if col == 1 else "dash")
+        _error_traces(fig, res, seq_id, axis, None, suffix=suffix, col=col, labels=False)
+        fig.update_xaxes(title_text=axis.title, row=1, col=col)
+    fig.update_yaxes(title_text="KV position", row=1, col=1)
+    fig.update_layout(height=480, legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0},
+                      margin={"l": 60, "r": 20, "t": 80, "b": 50})
+    return fig

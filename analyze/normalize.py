@@ -1,0 +1,102 @@
+"""Line normalisation: what a raw capture or a bug-report paste wraps around llama.cpp's own text.
+
+Whole chunks get the cheap, line-count-preserving fixes (CRLF, ANSI colour codes). Prefixes (timestamps,
+levels, pids, service names, markdown quotes) are only parsed for the few lines that become records,
+so the hot loop never pays for them.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from calendar import timegm
+from dataclasses import dataclass
+from time import strptime
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# Outer prefixes that wrap a llama.cpp line, tried in order until none matches (they can stack:
+# `service  | 2026-02-27 15:14:00 [pid] 0.01.002.003 E init: ...`).
+_OUTER = re.compile(
+    r"(?P<quote>(?:>\s?)+)"
+    r"|(?P<fence>`+)"
+    r"|(?P<journal_mon>[A-Z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
+    r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
+    r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
+    r"|\[(?P<tag>\d{1,7})\] "
+    r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
+)
+# llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L ` (minutes unbounded), level letter optional.
+LLAMA_PREFIX = re.compile(r"(?P<m>\d+)\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+
+
+@dataclass(slots=True)
+class Prefix:
+    """What a line's prefix said: its time, level, and where llama.cpp's message starts."""
+
+    t: float | None = None
+    absolute: bool = False  # wall-clock seconds (epoch) rather than seconds since the logger started
+    level: str | None = None
+    start: int = 0
+
+
+def clean_chunk(text: str) -> str:
+    """Drop carriage returns and ANSI colour codes without changing the number of lines."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "")
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    return text
+
+
+def unescape(line: str) -> str:
+    """Undo HTML escaping from a pasted bug report (`&lt;` in `X &lt; Y`)."""
+    return html.unescape(line) if "&" in line else line
+
+
+def parse_prefix(line: str) -> Prefix:
+    """Read the prefixes in front of llama.cpp's message. Only called for lines that become records."""
+    out = Prefix()
+    pos = 0
+    n = len(line)
+    while pos < n:
+        while pos < n and line[pos] == " ":
+            pos += 1
+        m = _OUTER.match(line, pos)
+        if m is None or m.end() == pos:
+            break
+        if m.group("date"):
+            frac = m.group("frac")
+            try:
+                tm = strptime(f"{m.group('date')} {m.group('hms')}", "%Y-%m-%d %H:%M:%S")
+                out.t = timegm(tm) + (float("0." + frac[1:]) if frac else 0.0)
+                out.absolute = True
+            except ValueError:
+                pass
+        elif m.group("epoch"):
+            out.t, out.absolute = float(m.group("epoch")), True
+        elif m.group("journal_mon"):
+            h, mi, s = (int(x) for x in m.group("journal_hms").split(":"))
+            day = int(m.group("journal_day")) + 31 * (_MONTHS.get(m.group("journal_mon"), 1) - 1)
+            out.t, out.absolute = float(((day * 24 + h) * 60 + mi) * 60 + s), True
+        pos = m.end()
+    m = LLAMA_PREFIX.match(line, pos)
+    if m is None:
+        # interleaved stdout can glue characters in front of the prefix
+        m = LLAMA_PREFIX.search(line, pos, pos + 200)
+        if m is not None and m.group("lvl") is None:
+            m = None
+    if m is not None:
+        out.t = int(m.group("m")) * 60 + int(m.group("s")) + int(m.group("ms")) / 1e3 + int(m.group("us")) / 1e6
+        out.absolute = False
+        out.level = m.group("lvl")
+        pos = m.end()
+    out.start = pos
+    return out
+
+
+def message(line: str) -> str:
+    """The line with its prefixes and markdown noise removed: what llama.cpp itself printed."""
+    text = line[parse_prefix(line).start :]
+    return unescape(text.rstrip().rstrip("`").rstrip())

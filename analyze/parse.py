@@ -1,0 +1,156 @@
+"""The reader's public entry points: parse a whole source, or feed a live stream."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analyze.reader import InputError, Source, iter_chunks, open_source, split_lines
+from analyze.records import CONTEXT_NAMES, NA
+from analyze.tables import build_all
+from analyze.verdict import Verdict, decide
+from analyze.walker import Walker
+
+TABLES = ("batches", "kv", "errors", "events")
+
+
+@dataclass(slots=True)
+class ParseResult:
+    batches: pd.DataFrame
+    kv: pd.DataFrame
+    errors: pd.DataFrame
+    events: pd.DataFrame
+    meta: dict[str, Any]
+    verdict: Verdict
+    source: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def lines(self) -> int:
+        return int(self.meta.get("lines", 0))
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {name: getattr(self, name) for name in TABLES} | {"meta": meta_table(self.meta)}
+
+
+def meta_table(meta: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame({"key": list(meta), "value": [json.dumps(v, default=str) for v in meta.values()]})
+
+
+class StreamParser:
+    """Feed bytes as they arrive (a live capture); ask for running stats; finish into a ParseResult."""
+
+    def __init__(self, name: str = "<stream>") -> None:
+        self.name = name
+        self.walker = Walker()
+        self._pending: list[str] = []
+        self._carry = b""
+        self.n_bytes = 0
+        self.warnings: list[str] = []
+
+    def feed(self, data: bytes) -> None:
+        self.n_bytes += len(data)
+        data = self._carry + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._carry = data[-(1 << 20):]
+            return
+        self._carry = data[cut + 1 :]
+        self.feed_text(data[: cut + 1].decode("utf-8", "replace"))
+
+    def feed_text(self, text: str) -> None:
+        from analyze.normalize import clean_chunk
+
+        self.walker.feed(split_lines(clean_chunk(text), self._pending))
+
+    def stats(self) -> dict[str, Any]:
+        """Running counts for a status line. Contexts here are provisional (largest cache = target)."""
+        w = self.walker
+        out: dict[str, Any] = {"lines": w.n_lines, "batches": len(w.batches), "errors": len(w.failures),
+                               "position_errors": sum(f.has_block for f in w.failures), "target_pos": None,
+                               "drafter_pos": None}
+        if w._failure is not None:  # noqa: SLF001 - an open failure is still a failure seen
+            out["errors"] += 1
+            out["position_errors"] += int(w._failure.has_block)  # noqa: SLF001
+        kv = w.kv
+        if len(kv):
+            sizes = sorted(set(kv.cache_size[-64:]), reverse=True)
+            for i in range(len(kv) - 1, max(-1, len(kv) - 256), -1):
+                ctx = "target_pos" if kv.cache_size[i] == sizes[0] else "drafter_pos"
+                if out[ctx] is None:
+                    out[ctx] = int(kv.pos_max[i])
+        elif len(w.batches):
+            hi = w.batches.pos_max[-1]
+            out["target_pos"] = None if hi == NA else int(hi)
+            hint = CONTEXT_NAMES.get(int(w.batches.hint[-1]), "unknown")
+            if hint == "drafter":
+                out["drafter_pos"], out["target_pos"] = out["target_pos"], None
+        return out
+
+    def finish(self) -> ParseResult:
+        if self._carry:
+            self.feed_text(self._carry.decode("utf-8", "replace") + "\n")
+            self._carry = b""
+        if self._pending:
+            self.walker.feed([self._pending.pop()])
+        self.walker.close()
+        return _result(self.walker, self.name, self.n_bytes, self.warnings)
+
+
+def _result(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> ParseResult:
+    t = build_all(w, name, n_bytes, warnings)
+    verdict = decide(t["errors"], t["events"], t["meta"], int(t["batches"].batch.nunique()), name)
+    return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings)
+
+
+def parse(source: Source, *, name: str | None = None, progress: bool = False) -> ParseResult:
+    """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file."""
+    opened = open_source(source, name)
+    walker = Walker()
+    pending: list[str] = []
+    bar = None
+    if progress and (opened.size is None or opened.size > 32 << 20):
+        from tqdm import tqdm
+
+        bar = tqdm(total=opened.size, unit="B", unit_scale=True, desc=Path(opened.name).name, file=sys.stderr,
+                   leave=False)
+    n_bytes = 0
+    try:
+        for text in iter_chunks(opened):
+            walker.feed(split_lines(text, pending))
+            if bar is not None:
+                pos = opened.raw.tell() if hasattr(opened.raw, "tell") else 0
+                bar.update(pos - bar.n)
+            n_bytes += len(text)
+        if pending:
+            walker.feed(pending)
+    except MemoryError:
+        raise InputError(f"{opened.name}: out of memory while reading") from None
+    finally:
+        if bar is not None:
+            bar.close()
+        if opened.stream is not sys.stdin.buffer:
+            opened.stream.close()
+    walker.close()
+    size = opened.size if opened.size is not None else n_bytes
+    return _result(walker, opened.name, size, opened.warnings)
+
+
+def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:
+    """One Parquet file per table, plus verdict.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, df in result.tables().items():
+        path = out_dir / f"{name}.parquet"
+        df.to_parquet(path, index=False)
+        written.append(path)
+    path = out_dir / "verdict.json"
+    path.write_text(json.dumps(result.verdict.to_dict(), indent=2) + "\n", encoding="utf-8")
+    written.append(path)
+    return written

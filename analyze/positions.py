@@ -1,0 +1,207 @@
+"""Target and drafter stored KV positions over the log, their difference, and where they diverge.
+
+Works on the reader's tables only (no Streamlit, no Plotly), so the dashboard, the reports and the tests
+share one definition of "diverged". A context's stored position is the `find_slot` max when the log has
+LLAMA_KV_CACHE_DEBUG lines for it, else the last position of each batch it decoded; a position error's X is
+the stored position of the side that failed, so it is added to that side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+CONTEXTS = ("target", "drafter")
+
+
+@dataclass(slots=True)
+class XAxis:
+    """What the horizontal axis is: the log's own timestamps, capture arrival time, or the line number."""
+
+    kind: str  # "log_time" | "capture_time" | "line"
+    title: str
+    # For capture time: seconds since the first chunk, indexed by line number (1-based; [0] unused).
+    line_seconds: np.ndarray | None = None
+    # For log time: (line, t) pairs known from the tables, to place rows whose own t is missing.
+    known: tuple[np.ndarray, np.ndarray] | None = None
+
+    def of(self, line: pd.Series | np.ndarray, t: pd.Series | np.ndarray | None = None) -> np.ndarray:
+        line = np.asarray(line, dtype=np.int64)
+        if self.kind == "line" or line.size == 0:
+            return line.astype(np.float64)
+        if self.kind == "capture_time" and self.line_seconds is not None:
+            return self.line_seconds[np.clip(line, 0, self.line_seconds.size - 1)]
+        values = np.full(line.size, np.nan) if t is None else np.asarray(t, dtype=np.float64).copy()
+        missing = np.isnan(values)
+        if missing.any() and self.known is not None and self.known[0].size:
+            values[missing] = np.interp(line[missing], self.known[0], self.known[1])
+        return values
+
+
+def _time_rows(result: object) -> tuple[np.ndarray, np.ndarray]:
+    frames = [getattr(result, name) for name in ("batches", "kv", "errors", "events")]
+    lines = np.concatenate([f["line"].to_numpy(np.int64) for f in frames if len(f)] or [np.empty(0, np.int64)])
+    ts = np.concatenate([f["t"].to_numpy(np.float64) for f in frames if len(f)] or [np.empty(0)])
+    return lines, ts
+
+
+def choose_axis(result: object, capture_line_seconds: np.ndarray | None = None) -> XAxis:
+    """Log timestamps where most rows have them, else capture time when given, else line numbers."""
+    lines, ts = _time_rows(result)
+    have = ~np.isnan(ts)
+    if lines.size and have.mean() >= 0.5:
+        order = np.argsort(lines[have], kind="stable")
+        return XAxis("log_time", "log time (s)", known=(lines[have][order], ts[have][order]))
+    if capture_line_seconds is not None and capture_line_seconds.size > 1:
+        return XAxis("capture_time", "capture time (s)", line_seconds=capture_line_seconds)
+    return XAxis("line", "log line")
+
+
+def sequences(result: object) -> list[int]:
+    """Every sequence id the tables mention, smallest first."""
+    ids: set[int] = set()
+    for name in ("batches", "kv", "errors"):
+        col = getattr(result, name)["seq_id"]
+        ids.update(int(v) for v in pd.to_numeric(col, errors="coerce").dropna().unique() if v >= 0)
+    return sorted(ids)
+
+
+def _seq_mask(frame: pd.DataFrame, seq_id: int | None) -> pd.Series:
+    if seq_id is None:
+        return pd.Series(True, index=frame.index)
+    return pd.to_numeric(frame["seq_id"], errors="coerce") == seq_id
+
+
+def stored_positions(result: object, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
+    """Columns line, x, pos, source ('kv', 'batch' or 'error'), sorted by line."""
+    kv = result.kv  # type: ignore[attr-defined]
+    kv = kv[(kv["context"] == context) & _seq_mask(kv, seq_id)]
+    if len(kv):
+        part = pd.DataFrame({"line": kv["line"], "t": kv["t"], "pos": kv["pos_max"], "source": "kv"})
+    else:
+        b = result.batches  # type: ignore[attr-defined]
+        b = b[(b["context"] == context) & _seq_mask(b, seq_id) & b["ok"].astype(bool)]
+        part = pd.DataFrame({"line": b["line"], "t": b["t"], "pos": b["pos_max"], "source": "batch"})
+    err = result.errors  # type: ignore[attr-defined]
+    err = err[(err["component"] == context) & _seq_mask(err, seq_id) & err["last_pos"].notna()]
+    part_err = pd.DataFrame({"line": err["line"], "t": err["t"], "pos": err["last_pos"], "source": "error"})
+    frames = [f for f in (part, part_err) if len(f)]
+    if not frames:
+        return pd.DataFrame({"line": pd.Series(dtype="int64"), "x": pd.Series(dtype="float64"),
+                             "pos": pd.Series(dtype="float64"), "source": pd.Series(dtype="object")})
+    out = pd.concat(frames, ignore_index=True).sort_values("line", kind="stable", ignore_index=True)
+    out["pos"] = out["pos"].astype("float64")
+    out["x"] = axis.of(out["line"], out["t"])
+    return out[["line", "x", "pos", "source"]]
+
+
+def delta(target: pd.DataFrame, drafter: pd.DataFrame) -> pd.DataFrame:
+    """At every observation of either side: the latest stored position of each, and drafter minus target.
+
+    Columns line, x, target, drafter, delta; rows before both sides have been seen are dropped.
+    """
+    if not len(target) or not len(drafter):
+        return pd.DataFrame(columns=["line", "x", "target", "drafter", "delta"], dtype="float64")
+    both = pd.concat([target.assign(side="target"), drafter.assign(side="drafter")], ignore_index=True)
+    both = both.sort_values("line", kind="stable", ignore_index=True)
+    # Forward-fill each side's last value onto every row: the state of both caches at that line.
+    tgt = both["pos"].where(both["side"] == "target").ffill()
+    dft = both["pos"].where(both["side"] == "drafter").ffill()
+    out = pd.DataFrame({"line": both["line"], "x": both["x"], "target": tgt, "drafter": dft})
+    out = out.dropna(subset=["target", "drafter"])
+    # Several rows on one line (a find_slot pair): keep the last state of that line.
+    out = out.drop_duplicates("line", keep="last").reset_index(drop=True)
+    out["delta"] = out["drafter"] - out["target"]
+    return out
+
+
+@dataclass(slots=True)
+class Stretch:
+    start_line: int
+    end_line: int
+    x0: float
+    x1: float
+    peak: float  # the largest |drafter - target| inside, with its sign
+
+
+def stretches(d: pd.DataFrame, tolerance: float) -> list[Stretch]:
+    """Runs of consecutive rows where |drafter - target| > tolerance.
+
+    A stretch ends where the next in-step row begins (or at the last row), so the shading covers the time
+    the two caches spent apart.
+    """
+    if not len(d):
+        return []
+    off = (d["delta"].abs() > tolerance).to_numpy()
+    if not off.any():
+        return []
+    edges = np.diff(np.concatenate([[0], off.astype(np.int8), [0]]))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)  # exclusive
+    x = d["x"].to_numpy(np.float64)
+    line = d["line"].to_numpy(np.int64)
+    dv = d["delta"].to_numpy(np.float64)
+    out = []
+    for s, e in zip(starts, ends, strict=True):
+        stop = min(e, len(d) - 1)
+        seg = dv[s:e]
+        peak = float(seg[np.argmax(np.abs(seg))])
+        out.append(Stretch(int(line[s]), int(line[stop]), float(x[s]), float(x[stop]), peak))
+    return out
+
+
+def default_tolerance(result: object) -> float:
+    """How far apart the caches may be inside one healthy draft/verify cycle.
+
+    While drafting, the drafter runs ahead of the target by at most one draft batch; after verification
+    they are level again. So a gap wider than the largest drafter batch is divergence, not drafting.
+    """
+    b = result.batches  # type: ignore[attr-defined]
+    sizes = pd.to_numeric(b.loc[b["context"] == "drafter", "n_tokens"], errors="coerce").dropna()
+    return float(sizes.max()) if len(sizes) else 0.0
+
+
+@dataclass(slots=True)
+class Divergence:
+    """The first place the two sides disagree: from a position error (exact) or from the stored positions."""
+
+    line: int
+    x: float
+    target: float | None
+    drafter: float | None
+    delta: float
+    source: str  # "error" or "positions"
+    seq_id: int | None
+
+
+def first_divergence(
+    result: object, seq_id: int | None, axis: XAxis, tolerance: float | None = None
+) -> Divergence | None:
+    """The first position error with both X and Y, else the start of the first divergence stretch."""
+    err = result.errors  # type: ignore[attr-defined]
+    err = err[_seq_mask(err, seq_id) & err["last_pos"].notna() & err["batch_start"].notna()]
+    candidates: list[Divergence] = []
+    if len(err):
+        row = err.sort_values("line", kind="stable").iloc[0]
+        x_val = float(axis.of(np.array([row["line"]]), np.array([row["t"]]))[0])
+        stored, submitted = float(row["last_pos"]), float(row["batch_start"])
+        drafter_side = row["component"] == "drafter"
+        candidates.append(Divergence(
+            int(row["line"]), x_val,
+            target=None if drafter_side else stored,
+            drafter=stored if drafter_side else None,
+            delta=submitted - stored - 1, source="error",
+            seq_id=None if pd.isna(row["seq_id"]) else int(row["seq_id"]),
+        ))  # fmt: skip
+    tol = default_tolerance(result) if tolerance is None else tolerance
+    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
+    runs = stretches(d, tol)
+    if runs:
+        first = d[d["line"] == runs[0].start_line].iloc[0]
+        candidates.append(Divergence(
+            int(first["line"]), float(first["x"]), float(first["target"]), float(first["drafter"]),
+            float(first["delta"]), "positions", seq_id,
+        ))  # fmt: skip
+    return min(candidates, key=lambda c: c.line) if candidates else None

@@ -1,0 +1,126 @@
+"""The streaming reader: any source (path, `-`, bytes, a file object, `.gz`, a session folder) as chunks
+of whole lines of text, in bounded memory whatever the input (no newline for 100 MB, NUL bytes, invalid
+UTF-8, a truncated gzip).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from analyze.normalize import clean_chunk
+
+CHUNK = 4 << 20
+MAX_LINE = 1 << 20  # longer lines are cut here: no llama.cpp line is anywhere near this long
+
+Source = str | os.PathLike[str] | bytes | bytearray | BinaryIO
+
+
+class InputError(Exception):
+    """The input could not be read at all. The message is one line that says what to do."""
+
+
+@dataclass(slots=True)
+class Opened:
+    stream: BinaryIO
+    name: str
+    size: int | None  # bytes on disk, for progress; None when unknown (stdin, pipes)
+    raw: BinaryIO  # the underlying file, whose position tracks progress through a .gz
+    warnings: list[str] = field(default_factory=list)
+
+
+def resolve_path(source: str | os.PathLike[str]) -> Path:
+    """A path to a log; a session folder means its raw.log."""
+    path = Path(source)
+    if path.is_dir():
+        raw = path / "raw.log"
+        if raw.is_file():
+            return raw
+        raise InputError(f"{path} is a folder without raw.log; pass a log file or a session folder")
+    if not path.exists():
+        raise InputError(f"{path}: no such file; pass a log file, a session folder or - for stdin")
+    return path
+
+
+def open_source(source: Source, name: str | None = None) -> Opened:
+    if isinstance(source, bytes | bytearray):
+        raw: BinaryIO = io.BytesIO(bytes(source))
+        return _maybe_gzip(Opened(raw, name or "<bytes>", len(source), raw))
+    if hasattr(source, "read"):
+        stream = source  # type: ignore[assignment]
+        return _maybe_gzip(Opened(stream, name or getattr(stream, "name", "<stream>"), None, stream))
+    if str(source) == "-":
+        stdin = sys.stdin.buffer
+        return _maybe_gzip(Opened(stdin, name or "<stdin>", None, stdin))
+    path = resolve_path(source)  # type: ignore[arg-type]
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the caller through Opened.stream
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return _maybe_gzip(Opened(fh, name or str(path), path.stat().st_size, fh))
+
+
+def _maybe_gzip(opened: Opened) -> Opened:
+    """Decompress when the bytes say gzip (not the file name: pastes get renamed)."""
+    stream = opened.stream
+    if not hasattr(stream, "peek"):
+        stream = io.BufferedReader(stream)  # type: ignore[arg-type]
+    head = stream.peek(2)[:2]  # type: ignore[attr-defined]
+    if head == b"\x1f\x8b":
+        opened.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    else:
+        opened.stream = stream  # type: ignore[assignment]
+    return opened
+
+
+def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
+    """Text in chunks that end on a line break (the last one may not), bounded line length."""
+    carry = b""
+    overlong = False
+    read = opened.stream.read
+    while True:
+        try:
+            data = read(chunk_size)
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+            opened.warnings.append(f"{opened.name}: compressed data ends early ({exc}); read what was there")
+            data = b""
+        if not data:
+            break
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if overlong:
+                continue
+            carry += data
+            if len(carry) > MAX_LINE:
+                carry = carry[:MAX_LINE]
+                overlong = True
+            continue
+        head, tail = data[: cut + 1], data[cut + 1 :]
+        if overlong:
+            # the rest of an overlong line up to its end is dropped; the line itself is kept
+            nl = head.find(b"\n")
+            head = head[nl:]
+            overlong = False
+        yield clean_chunk((carry + head).decode("utf-8", "replace"))
+        carry = tail[:MAX_LINE]
+        overlong = len(tail) > MAX_LINE
+    if carry:
+        yield clean_chunk(carry.decode("utf-8", "replace"))
+
+
+def split_lines(text: str, pending: list[str]) -> list[str]:
+    """Whole lines of `text`, with `pending` holding a trailing partial line between calls."""
+    lines = text.split("\n")
+    if pending:
+        lines[0] = pending.pop() + lines[0]
+    last = lines.pop()
+    if last:
+        pending.append(last)
+    return lines

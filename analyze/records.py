@@ -1,0 +1,95 @@
+"""The records the walker produces, before they become tables.
+
+Batches and find_slot rows can number in the millions for a big log, so they are kept column-wise in
+compact arrays; failures and events are few and kept as small records.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+NA = -(2**63)  # a missing integer inside an array('q')
+
+# severity of a failure kind: a failure keeps the most serious kind any of its lines showed
+SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "assert": 1}
+
+MAX_EVIDENCE = 12
+
+
+@dataclass(slots=True)
+class Failure:
+    """One failed decode (or crash): the lines that llama.cpp and its caller printed for it."""
+
+    line: int
+    t: float
+    kind: str
+    variant: str = ""
+    seq_id: int | None = None
+    last_pos: int | None = None
+    batch_start: int | None = None
+    ret: int | None = None
+    component: str = "unknown"
+    evidence: str = ""
+    evidence_line: int | None = None
+    stage: int = 0
+    last_line: int = 0
+    has_block: bool = False
+    block_open: bool = False
+    block_closed: bool = False
+    batch: int | None = None
+    lines: list[tuple[int, str]] = field(default_factory=list)
+
+    def add_line(self, no: int, text: str) -> None:
+        self.last_line = no
+        if len(self.lines) < MAX_EVIDENCE:
+            self.lines.append((no, text))
+
+
+@dataclass(slots=True)
+class Event:
+    line: int
+    t: float
+    kind: str
+    context: str
+    seq_id: int | None
+    pos: int | None
+    detail: dict[str, Any]
+
+
+@dataclass(slots=True)
+class BatchColumns:
+    batch: array = field(default_factory=lambda: array("q"))
+    line: array = field(default_factory=lambda: array("q"))
+    t: array = field(default_factory=lambda: array("d"))
+    seq_id: array = field(default_factory=lambda: array("q"))
+    n_tokens: array = field(default_factory=lambda: array("q"))
+    pos_min: array = field(default_factory=lambda: array("q"))
+    pos_max: array = field(default_factory=lambda: array("q"))
+    n_outputs: array = field(default_factory=lambda: array("q"))
+    embd: array = field(default_factory=lambda: array("b"))
+    ok: array = field(default_factory=lambda: array("b"))
+    sig: array = field(default_factory=lambda: array("q"))  # which find_slot cache sizes followed it
+    hint: array = field(default_factory=lambda: array("b"))  # context named by a failure's caller line
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+@dataclass(slots=True)
+class KvColumns:
+    line: array = field(default_factory=lambda: array("q"))
+    t: array = field(default_factory=lambda: array("d"))
+    cache_size: array = field(default_factory=lambda: array("q"))
+    stream: array = field(default_factory=lambda: array("q"))
+    seq_id: array = field(default_factory=lambda: array("q"))
+    pos_min: array = field(default_factory=lambda: array("q"))
+    pos_max: array = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+CONTEXT_CODES = {"unknown": 0, "target": 1, "drafter": 2}
+CONTEXT_NAMES = {v: k for k, v in CONTEXT_CODES.items()}

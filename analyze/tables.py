@@ -1,0 +1,213 @@
+"""The table builders: walker records -> the pandas DataFrames that everything else reads.
+
+Columns (issue "Log reader"):
+- batches: batch, line, t, context, context_confidence, seq_id, n_tokens, pos_min, pos_max, n_outputs, embd, ok
+  (one row per input batch and sequence in it: almost always one row per batch)
+- kv: line, t, context, cache_size, stream, seq_id, pos_min, pos_max
+- errors: line, t, kind, variant, seq_id, last_pos, batch_start, ret, component, evidence (+ evidence_line, batch)
+- events: line, t, kind, context, seq_id, pos, detail (JSON text)
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyze.context import SizeMap, map_sizes
+from analyze.records import CONTEXT_NAMES, NA
+from analyze.walker import Walker
+
+BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
+                 "pos_max", "n_outputs", "embd", "ok"]
+KV_COLUMNS = ["line", "t", "context", "cache_size", "stream", "seq_id", "pos_min", "pos_max"]
+ERROR_COLUMNS = ["line", "t", "kind", "variant", "seq_id", "last_pos", "batch_start", "ret", "component",
+                 "evidence", "evidence_line", "batch", "lines"]
+EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "detail"]
+CONTEXT_DTYPE = pd.CategoricalDtype(["target", "drafter", "unknown"])
+
+
+def _ints(a: array, nullable: bool = True) -> pd.Series:
+    values = np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+    if not nullable:
+        return pd.Series(values.copy(), dtype="int64")
+    mask = values == NA
+    return pd.Series(pd.arrays.IntegerArray(values.copy(), mask))
+
+
+def _floats(a: array) -> pd.Series:
+    return pd.Series(np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.zeros(0), dtype="float64")
+
+
+def is_speculative(w: Walker) -> bool:
+    meta = w.meta
+    return bool(meta.get("_draft_seen") or meta["spec_impls"]) or any(
+        e.kind in ("draft_stats", "accepted", "dflash") for e in w.events[:1000]
+    ) or any(f.component == "drafter" for f in w.failures)
+
+
+def build_kv(w: Walker, sizes: SizeMap) -> pd.DataFrame:
+    kv = w.kv
+    size = _ints(kv.cache_size, nullable=False)
+    lookup = {s: sizes.lookup(s)[0] for s in set(size.tolist())}
+    df = pd.DataFrame({
+        "line": _ints(kv.line, nullable=False),
+        "t": _floats(kv.t),
+        "context": pd.Categorical(size.map(lookup).fillna("unknown"), dtype=CONTEXT_DTYPE),
+        "cache_size": size,
+        "stream": _ints(kv.stream, nullable=False),
+        "seq_id": _ints(kv.seq_id, nullable=False),
+        "pos_min": _ints(kv.pos_min, nullable=False),
+        "pos_max": _ints(kv.pos_max, nullable=False),
+    })
+    return df
+
+
+def build_batches(w: Walker, sizes: SizeMap) -> pd.DataFrame:
+    b = w.batches
+    sig = np.frombuffer(b.sig, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
+    hint = np.frombuffer(b.hint, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
+    by_sig: dict[int, tuple[str, float]] = {}
+    for group, idx in w._sigs.items():  # noqa: SLF001 - the walker's record of cache-size groups
+        by_sig[idx] = sizes.lookup(max(group))
+    context = np.full(len(b), "unknown", dtype=object)
+    confidence = np.zeros(len(b))
+    for idx, (ctx, conf) in by_sig.items():
+        sel = sig == idx
+        context[sel] = ctx
+        confidence[sel] = conf
+    # a batch that failed before find_slot: its caller line named the side
+    named = (sig < 0) & (hint > 0)
+    if named.any():
+        context[named] = [CONTEXT_NAMES[int(h)] for h in hint[named]]
+        confidence[named] = 0.9
+    embd = np.frombuffer(b.embd, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
+    return pd.DataFrame({
+        "batch": _ints(b.batch, nullable=False),
+        "line": _ints(b.line, nullable=False),
+        "t": _floats(b.t),
+        "context": pd.Categorical(context, dtype=CONTEXT_DTYPE),
+        "context_confidence": confidence,
+        "seq_id": _ints(b.seq_id),
+        "n_tokens": _ints(b.n_tokens),
+        "pos_min": _ints(b.pos_min),
+        "pos_max": _ints(b.pos_max),
+        "n_outputs": _ints(b.n_outputs),
+        "embd": pd.array([None if e < 0 else bool(e) for e in embd], dtype="boolean"),
+        "ok": (np.frombuffer(b.ok, dtype=np.int8) == 1) if len(b) else np.zeros(0, dtype=bool),
+    })
+
+
+def infer_components(w: Walker, batches: pd.DataFrame, kv: pd.DataFrame) -> None:
+    """A failure no caller line explains: X is the stored max of the context being decoded, so if it
+    matches what exactly one context held just before, that is the side that failed."""
+    if kv.empty and batches.empty:
+        return
+    for f in w.failures:
+        if f.component != "unknown" or f.last_pos is None:
+            continue
+        matches: dict[str, str] = {}
+        for ctx in ("target", "drafter"):
+            k = kv[(kv.context == ctx) & (kv.line < f.line)]
+            ok = batches[(batches.context == ctx) & (batches.line < f.line) & batches.ok]
+            if f.seq_id is not None:
+                k = k[k.seq_id == f.seq_id]
+                ok = ok[ok.seq_id == f.seq_id]
+            if not k.empty and int(k.pos_max.iloc[-1]) == f.last_pos:
+                matches[ctx] = f"find_slot line {int(k.line.iloc[-1])}: the {ctx} cache held up to X = {f.last_pos}"
+            elif not ok.empty and int(ok.pos_max.iloc[-1]) == f.last_pos:
+                matches[ctx] = f"batch at line {int(ok.line.iloc[-1])}: the {ctx} last wrote up to X = {f.last_pos}"
+        if len(matches) == 1:
+            (ctx, why), = matches.items()
+            f.component, f.evidence = ctx, why
+
+
+def build_errors(w: Walker) -> pd.DataFrame:
+    rows = [
+        {"line": f.line, "t": f.t, "kind": f.kind, "variant": f.variant, "seq_id": f.seq_id,
+         "last_pos": f.last_pos, "batch_start": f.batch_start, "ret": f.ret, "component": f.component,
+         "evidence": f.evidence, "evidence_line": f.evidence_line, "batch": f.batch,
+         "lines": json.dumps(f.lines)}
+        for f in w.failures
+    ]
+    df = pd.DataFrame(rows, columns=ERROR_COLUMNS)
+    for col in ("line", "seq_id", "last_pos", "batch_start", "ret", "evidence_line", "batch"):
+        df[col] = df[col].astype("Int64")
+    df["t"] = df["t"].astype("float64")
+    for col in ("kind", "variant", "component", "evidence", "lines"):
+        df[col] = df[col].astype("string")
+    return df
+
+
+def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
+    """A stored max that goes down: the cache was cleared or rolled back (seq_rm logs nothing)."""
+    if kv.empty:
+        return pd.DataFrame(columns=EVENT_COLUMNS)
+    prev = kv.groupby(["cache_size", "stream", "seq_id"], sort=False).pos_max.shift()
+    # speculative rollback drops by a few positions on every rejection; a clear goes to -1
+    drop = kv[(prev.notna()) & (kv.pos_max < prev) & ((kv.pos_max < 0) | (prev - kv.pos_max > 64))]
+    before = prev[drop.index]
+    return pd.DataFrame({
+        "line": drop.line.values,
+        "t": drop.t.values,
+        "kind": "kv_drop",
+        "context": drop.context.astype(str).values,
+        "seq_id": drop.seq_id.values,
+        "pos": drop.pos_max.values,
+        "detail": [json.dumps({"from": int(a), "to": int(b), "cache_size": int(c)})
+                   for a, b, c in zip(before.values, drop.pos_max.values, drop.cache_size.values, strict=True)],
+    })
+
+
+def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
+    rows: list[dict[str, Any]] = [
+        {"line": e.line, "t": e.t, "kind": e.kind, "context": e.context, "seq_id": e.seq_id, "pos": e.pos,
+         "detail": json.dumps(e.detail, sort_keys=True)}
+        for e in w.events
+    ]
+    df = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    drops = kv_drops(kv)
+    if not drops.empty:
+        df = pd.concat([df, drops], ignore_index=True).sort_values("line", kind="stable", ignore_index=True)
+    for col in ("line", "seq_id", "pos"):
+        df[col] = df[col].astype("Int64")
+    df["t"] = df["t"].astype("float64")
+    df["context"] = pd.Categorical(df["context"], dtype=CONTEXT_DTYPE)
+    for col in ("kind", "detail"):
+        df[col] = df[col].astype("string")
+    return df
+
+
+def build_meta(w: Walker, sizes: SizeMap, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+    meta = {k: v for k, v in w.meta.items() if not k.startswith("_")}
+    meta.update({
+        "source": name,
+        "bytes": n_bytes,
+        "lines": w.n_lines,
+        "recognised_lines": w.n_recognised,
+        "speculative": is_speculative(w),
+        "context_sizes": {str(k): v for k, v in sizes.contexts.items()},
+        "context_attribution": sizes.how,
+        "n_gpus": len({g["index"] for g in w.meta["gpus"]}) or max(w.meta.get("n_devices", {}).values(), default=0),
+        "batch_debug": len(w.batches) > 0,
+        "kv_cache_debug": len(w.kv) > 0,
+        "warnings": warnings,
+    })
+    return meta
+
+
+def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+    sizes = map_sizes(w._sigs, w.meta, is_speculative(w))  # noqa: SLF001
+    kv = build_kv(w, sizes)
+    batches = build_batches(w, sizes)
+    infer_components(w, batches, kv)
+    return {
+        "batches": batches,
+        "kv": kv,
+        "errors": build_errors(w),
+        "events": build_events(w, kv),
+        "meta": build_meta(w, sizes, name, n_bytes, warnings),
+    }

@@ -1,0 +1,174 @@
+"""The verdict: one plain answer per log, from its tables.
+
+Kinds follow the corpus labels: inconsistent_positions > decode_failed > kv_slot > other (asserts) >
+draft_stats_only > other > no_log, the most serious thing in the log winning.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
+RULES = {
+    "consecutive": "Y must be X + 1",
+    "mrope_lt": "M-RoPE: X < Y is required",
+    "mrope_le": "M-RoPE: X <= Y is required",
+    "unclosed": "the closing line is missing",
+}
+
+
+@dataclass(slots=True)
+class Verdict:
+    kind: str
+    component: str
+    seq_id: int | None
+    last_pos: int | None
+    batch_start: int | None
+    n_position_errors: int
+    summary: str
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    n_errors: int = 0
+    n_batches: int = 0
+    n_resets: int = 0
+    acceptance: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _opt(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def acceptance(events: pd.DataFrame) -> dict[str, Any]:
+    """Draft acceptance summed over the log, from whichever wording it printed."""
+    stats = events[events.kind == "draft_stats"]
+    acc = gen = 0
+    seen = False
+    for d in stats.detail:
+        detail = json.loads(d)
+        if detail.get("pattern") == "draft_acceptance":
+            acc += int(detail["accepted"])
+            gen += int(detail["generated"])
+            seen = True
+    if not seen:
+        for d in stats.detail:
+            detail = json.loads(d)
+            if detail.get("pattern") == "spec_statistics":
+                acc += int(detail["acc_tokens"])
+                gen += int(detail["gen_tokens"])
+                seen = True
+            elif detail.get("pattern") in ("cli_drafted", "cli_accept", "dflash_histogram"):
+                acc += int(detail.get("accepted", 0))
+                gen += int(detail.get("generated", 0) or detail.get("produced", 0))
+                seen = True
+    steps = events[events.kind == "accepted"]
+    if not seen and not steps.empty:
+        details = [json.loads(d) for d in steps.detail]
+        acc = sum(int(d["accepted"]) for d in details)
+        gen = sum(int(d["drafted"]) for d in details)
+        seen = True
+    if not seen:
+        return {}
+    return {"accepted": acc, "generated": gen, "rate": round(acc / gen, 5) if gen else None,
+            "per_step_lines": int(len(steps))}
+
+
+def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any]]:
+    if row is None:
+        return []
+    out = [{"line": int(n), "text": text.strip()} for n, text in json.loads(row["lines"])[:8]]
+    ev_line = _opt(row["evidence_line"])
+    if ev_line is not None and all(e["line"] != ev_line for e in out):
+        out.append({"line": ev_line, "text": str(row["evidence"])})
+    return out
+
+
+def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
+    comp = first["component"]
+    x, y = _opt(first["last_pos"]), _opt(first["batch_start"])
+    n = len(pos)
+    side = {"drafter": "drafter", "target": "target"}.get(comp, "")
+    rule = RULES.get(str(first["variant"]), "")
+    xs = pos.last_pos.dropna()
+    ys = pos.batch_start.dropna()
+    if x is None:
+        return (f"llama.cpp refused {n} batch{'es' if n != 1 else ''} with inconsistent sequence positions, "
+                f"but the paste cut off the X/Y values ({side or 'unknown side'}).")
+    where = f"Y = {y}" if y is not None else "a position the paste cut off"
+    ctx = f"the {side}'s KV cache" if side else "the KV cache"
+    text = (f"llama.cpp refused {'a ' + side + ' batch' if side else 'a batch'} for sequence {_opt(first['seq_id'])}: "
+            f"{ctx} held positions up to X = {x} but the batch started at {where} ({rule}).")
+    if side == "drafter" and len(xs) > 1 and xs.nunique() == 1 and ys.nunique() > 1 and ys.is_monotonic_increasing:
+        text = (f"The drafter's KV cache is stale: it stayed at X = {x} while {n} draft batches arrived at the "
+                f"target's position, Y = {int(ys.min())} to {int(ys.max())} ({rule}).")
+    elif y is not None and x >= y:
+        text += " The cache is ahead of the batch: positions were not rolled back after a rejection or reset."
+    elif y is not None and y > x + 1:
+        text += f" The cache is {y - x - 1} positions behind: it was cleared or never advanced."
+    return text
+
+
+def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
+           source: str = "") -> Verdict:
+    acc = acceptance(events)
+    n_resets = int((events.kind == "reset").sum() + (events.kind == "kv_drop").sum())
+    pos = errors[errors.kind == "inconsistent_positions"]
+    base = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
+            "source": source}
+    if not pos.empty:
+        complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]
+        first = complete.iloc[0] if not complete.empty else pos.iloc[0]
+        with_x = pos[pos.last_pos.notna()]
+        x_row = first if _opt(first["last_pos"]) is not None or with_x.empty else with_x.iloc[0]
+        comp = str(first["component"])
+        if comp == "unknown":
+            known = pos[pos.component != "unknown"].component
+            comp = str(known.mode().iloc[0]) if not known.empty else "unknown"
+        first = first.copy()
+        first["component"] = comp
+        first["last_pos"] = x_row["last_pos"]
+        seq = _opt(first["seq_id"])
+        return Verdict("inconsistent_positions", comp, seq, _opt(x_row["last_pos"]),
+                       _opt(first["batch_start"]) if not complete.empty else None, len(pos),
+                       _position_summary(pos, first), _evidence(errors, first), **base)
+    for kind in ("decode_failed", "kv_slot", "assert"):
+        rows = errors[errors.kind == kind]
+        if rows.empty:
+            continue
+        first = rows.iloc[0]
+        comp = str(first["component"])
+        side = f"the {comp}" if comp != "unknown" else "a"
+        ret = _opt(first["ret"])
+        if kind == "decode_failed":
+            summary = (f"A decode on {side} context failed ({first['variant']}"
+                       f"{', ret = ' + str(ret) if ret is not None else ''}); the log has no X/Y position detail.")
+            verdict_kind = "decode_failed"
+        elif kind == "kv_slot":
+            summary = (f"The KV cache of {side} context had no room for a batch ({first['variant']}"
+                       f"{', ret = ' + str(ret) if ret is not None else ''}): raise the context size or lower "
+                       "--parallel / the batch size.")
+            verdict_kind = "kv_slot"
+        else:
+            summary = f"llama.cpp aborted on an assertion in {side} context: {first['evidence'] or first['variant']}."
+            lines = json.loads(first["lines"])
+            if lines:
+                summary = f"llama.cpp aborted ({comp} side): {lines[0][1].strip()[:200]}"
+            verdict_kind = "other"
+        return Verdict(verdict_kind, comp, _opt(first["seq_id"]), None, None, 0, summary,
+                       _evidence(errors, first), **base)
+    if acc or (events.kind == "draft_stats").any():
+        rate = acc.get("rate")
+        summary = (f"A healthy speculative run: {acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens "
+                   f"accepted{f' ({rate:.1%})' if rate is not None else ''}, and no failure in the log.")
+        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
+    if meta.get("recognised_lines", 0) > 0:
+        return Verdict("other", "unknown", None, None, None, 0,
+                       "A llama.cpp log with no failure and no draft statistics.", [], **base)
+    return Verdict("no_log", "unknown", None, None, None, 0,
+                   "No llama.cpp log lines found in this input: nothing to analyse.", [], **base)

@@ -1,0 +1,399 @@
+"""The walker: feeds lines through the pattern table and keeps the little state that multi-line
+messages need (a batch dump in progress, an open position-error block, the failure being assembled).
+
+It is fed lines in order, any number at a time, so the same code serves a whole file and a live capture.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from analyze.normalize import parse_prefix, unescape
+from analyze.patterns import BY_NAME, PATTERNS, Pattern
+from analyze.records import (
+    CONTEXT_CODES,
+    NA,
+    SEVERITY,
+    BatchColumns,
+    Event,
+    Failure,
+    KvColumns,
+)
+
+_KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
+_SLOT = re.compile(r"slot\s+[\w ]+?: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")
+_NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
+
+# the batch-dump states
+_OUT, _INPUT, _SEQS, _UBATCH = 0, 1, 2, 3
+FAILURE_GAP = 30  # lines after which a failure no longer collects follow-up lines
+HINT_GAP = 12  # how far back a "who was working" hint still counts for a failure
+
+
+def _int(v: str | None) -> int | None:
+    return None if v is None else int(v)
+
+
+class Walker:
+    """Turns lines into records. `feed` as often as you like, then `close`."""
+
+    def __init__(self) -> None:
+        self.batches = BatchColumns()
+        self.kv = KvColumns()
+        self.failures: list[Failure] = []
+        self.events: list[Event] = []
+        self.meta: dict[str, Any] = {
+            "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
+            "placement": {}, "rope": [], "arch": [], "mrope": False,
+        }
+        self.n_lines = 0
+        self.n_recognised = 0
+        self.first_abs_t: float | None = None
+        self._dump = _OUT
+        self._fragment = False
+        self._fields: dict[str, str] = {}
+        self._seqs: list[tuple[int, int, int]] = []
+        self._batch_line = 0
+        self._batch_t = math.nan
+        self._n_batches = 0
+        self._cur_rows: list[int] = []  # rows of the latest input batch (one per sequence)
+        self._cur_sizes: set[int] = set()
+        self._cur_found_slot = False
+        self._sigs: dict[frozenset[int], int] = {}
+        self._kv_size = NA
+        self._failure: Failure | None = None
+        self._hint: tuple[int, str, int, str] | None = None  # (line, component, pattern) of the last hint
+
+    # ------------------------------------------------------------------ the hot loop
+    def feed(self, lines: list[str]) -> None:
+        no = self.n_lines
+        patterns = PATTERNS
+        for line in lines:
+            no += 1
+            # batch dumps are most of a debug log: skip the ubatch repeats and token rows cheaply
+            if "ubatch_print:" in line:
+                if self._dump == _INPUT:
+                    self._field(line)
+                continue
+            if self._fragment:
+                # a token piece with a newline in it: the row goes on until `output = N`
+                if "output = " in line:
+                    self._fragment = False
+                    continue
+                if "init:" not in line and "ubatch" not in line:
+                    continue
+                self._fragment = False
+            for p in patterns:
+                if p.anchor in line:
+                    m = p.regex.search(line)
+                    if m is not None:
+                        self.n_recognised += 1
+                        self._dispatch(p, m, no, line)
+                        break
+            else:
+                if "&" in line and (text := unescape(line)) != line:
+                    # an HTML-escaped paste: try once more on the unescaped text
+                    for p in patterns:
+                        if p.anchor in text:
+                            m = p.regex.search(text)
+                            if m is not None:
+                                self.n_recognised += 1
+                                self._dispatch(p, m, no, text)
+                                break
+        self.n_lines = no
+
+    def close(self) -> None:
+        self._end_batch()
+        self._close_failure()
+
+    # ------------------------------------------------------------------ dispatch by family
+    def _dispatch(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+        fam = p.family
+        if fam == "batch":
+            self._batch(p.kind, m, no, line)
+        elif fam == "kv":
+            self._kv(p.kind, m, no, line)
+        elif fam == "block":
+            self._block(p, m, no, line)
+        elif fam == "failure":
+            self._fail(p, m, no, line)
+        elif fam == "follow":
+            self._follow(p, m, no, line)
+        elif fam == "event":
+            self._event(p, m, no, line)
+        elif fam == "hint":
+            self._event(p, m, no, line)
+        elif fam == "meta":
+            self._meta(p, m, line)
+        f = self._failure
+        if f is not None:
+            if fam in ("batch", "kv", "event", "hint") or no - f.last_line > FAILURE_GAP:
+                self._close_failure()
+            elif fam != "block":
+                f.block_open = False  # what follows the block is the decode failing, not more of it
+
+    def _time(self, line: str) -> tuple[float, str | None]:
+        pre = parse_prefix(line)
+        if pre.t is None:
+            return math.nan, pre.level
+        if pre.absolute:
+            if self.first_abs_t is None:
+                self.first_abs_t = pre.t
+            return pre.t - self.first_abs_t, pre.level
+        return pre.t, pre.level
+
+    # ------------------------------------------------------------------ LLAMA_BATCH_DEBUG
+    def _batch(self, kind: str, m: re.Match[str], no: int, line: str) -> None:
+        if kind == "input":
+            self._end_batch()
+            self._dump = _INPUT
+            self._fields = {}
+            self._seqs = []
+            self._batch_line = no
+            self._batch_t = self._time(line)[0]
+        elif kind == "ubatch":
+            self._flush_input()
+            self._dump = _UBATCH
+        elif kind == "seq_open":
+            if self._dump == _INPUT:
+                self._dump = _SEQS
+        elif kind == "seq_pos":
+            if self._dump == _SEQS:
+                self._seqs.append((int(m["seq"]), int(m["pos_min"]), int(m["pos_max"])))
+        elif kind == "seq_close" and self._dump == _SEQS:
+            self._flush_input()
+            self._dump = _OUT
+
+    def _field(self, line: str) -> None:
+        m = _FIELD.search(line)
+        if m is not None:
+            self._fields[m["key"]] = m["value"]
+        elif ": id = " in line and "output = " not in line:
+            self._fragment = True
+
+    def _flush_input(self) -> None:
+        """Write the rows of the input batch whose dump just ended (one per sequence in it)."""
+        if self._dump not in (_INPUT, _SEQS):
+            return
+        self._dump = _OUT
+        f = self._fields
+        n_tokens = int(f["n_tokens"]) if f.get("n_tokens", "").lstrip("-").isdigit() else NA
+        n_outputs = int(f["n_outputs"]) if f.get("n_outputs", "").lstrip("-").isdigit() else NA
+        embd = -1 if "embd" not in f else int(f["embd"] not in _NIL and f["embd"].strip("0x") != "")
+        seqs = self._seqs or [(NA, NA, NA)]
+        b = self.batches
+        batch_no = self._n_batches
+        self._n_batches += 1
+        self._cur_rows = []
+        self._cur_sizes = set()
+        self._cur_found_slot = False
+        for seq, lo, hi in seqs:
+            self._cur_rows.append(len(b))
+            b.batch.append(batch_no)
+            b.line.append(self._batch_line)
+            b.t.append(self._batch_t)
+            b.seq_id.append(seq)
+            b.n_tokens.append(n_tokens)
+            b.pos_min.append(lo)
+            b.pos_max.append(hi)
+            b.n_outputs.append(n_outputs)
+            b.embd.append(embd)
+            b.ok.append(1)
+            b.sig.append(-1)
+            b.hint.append(0)
+
+    def _end_batch(self) -> None:
+        self._flush_input()
+        if self._cur_rows and self._cur_sizes:
+            key = frozenset(self._cur_sizes)
+            sig = self._sigs.setdefault(key, len(self._sigs))
+            for r in self._cur_rows:
+                self.batches.sig[r] = sig
+        self._cur_rows = []
+        self._cur_sizes = set()
+
+    # ------------------------------------------------------------------ LLAMA_KV_CACHE_DEBUG
+    def _kv(self, kind: str, m: re.Match[str], no: int, line: str) -> None:
+        self._flush_input()
+        if kind == "stream":
+            self._kv_size = int(m["size"])
+            self._cur_sizes.add(self._kv_size)
+            self._cur_found_slot = True
+            return
+        kv = self.kv
+        kv.line.append(no)
+        kv.t.append(self._time(line)[0])
+        kv.cache_size.append(self._kv_size)
+        kv.stream.append(int(m["stream"]))
+        kv.seq_id.append(int(m["seq"]))
+        kv.pos_min.append(int(m["pos_min"]))
+        kv.pos_max.append(int(m["pos_max"]))
+
+    # ------------------------------------------------------------------ failures
+    def _open_failure(self, no: int, line: str, kind: str, stage: int) -> Failure:
+        self._close_failure()
+        t, _ = self._time(line)
+        f = Failure(line=no, t=t, kind=kind, stage=stage, last_line=no)
+        # a failure right after a batch dump (before find_slot placed it) is that batch's failure
+        if self._cur_rows and not self._cur_found_slot or self._dump in (_INPUT, _SEQS):
+            self._flush_input()
+            f.batch = self.batches.batch[self._cur_rows[0]] if self._cur_rows else None
+            for r in self._cur_rows:
+                self.batches.ok[r] = 0
+        self._failure = f
+        return f
+
+    def _block(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+        kind = p.kind
+        f = self._failure
+        live = f is not None and f.block_open and not f.block_closed
+        if kind == "close":
+            if not live:
+                return  # a closing line with nothing before it is prose quoting the error
+            assert f is not None
+            op = m.groupdict().get("op")
+            f.variant = p.extra.get("variant") or ("mrope_le" if op and "=" in op else "mrope_lt")
+            if op:
+                self.meta["mrope"] = True
+            f.block_closed = True
+            f.add_line(no, line)
+            return
+        seq = int(m["seq"])
+        if kind == "header" or not live or (kind == "x" and (f.last_pos is not None or f.batch_start is not None)) or (
+            kind == "y" and f.batch_start is not None) or (f is not None and f.seq_id is not None and f.seq_id != seq):
+            f = self._open_failure(no, line, "inconsistent_positions", 0)
+            f.has_block = True
+            f.variant = "unclosed"
+            f.seq_id = seq
+        assert f is not None
+        f.block_open = True
+        if kind == "x":
+            f.last_pos = int(m["x"])
+        elif kind == "y" and m["y"] is not None:
+            f.batch_start = int(m["y"])
+        f.add_line(no, line)
+
+    def _fail(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+        stage = int(p.extra.get("stage", "0"))
+        g = m.groupdict()
+        ret = _int(g.get("ret"))
+        kind = "kv_slot" if ret == 1 else p.kind
+        f = self._failure
+        # each stage (validation, decode, llama_decode, caller, server) prints once per failure;
+        # a stage seen again means a new failure (server retries, stage 4, repeat within one)
+        if f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4):
+            f = self._open_failure(no, line, kind, stage)
+            f.variant = p.name
+        elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
+            f.kind, f.variant = kind, p.name
+        f.stage = max(f.stage, stage)
+        if ret is not None and (f.ret is None or f.ret == 0):
+            f.ret = ret
+        if f.seq_id is None and g.get("seq") is not None:
+            f.seq_id = int(g["seq"])
+        if p.component != "unknown" and f.component == "unknown":
+            f.component, f.evidence, f.evidence_line = p.component, line.strip(), no
+        f.add_line(no, line)
+
+    def _follow(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+        f = self._failure
+        if f is None or no - f.last_line > FAILURE_GAP:
+            return
+        if p.component != "unknown" and f.component == "unknown":
+            f.component, f.evidence, f.evidence_line = p.component, line.strip(), no
+        f.add_line(no, line)
+
+    def _close_failure(self) -> None:
+        f = self._failure
+        if f is None:
+            return
+        self._failure = None
+        if f.component == "unknown" and self._hint is not None:
+            h_line, h_comp, h_text = self._hint[0], self._hint[1], self._hint[3]
+            if 0 < f.line - h_line <= HINT_GAP:
+                f.component, f.evidence, f.evidence_line = h_comp, h_text.strip(), h_line
+        if f.batch is not None and f.component != "unknown":
+            code = CONTEXT_CODES[f.component]
+            for r in range(len(self.batches) - 1, -1, -1):
+                if self.batches.batch[r] != f.batch:
+                    break
+                self.batches.hint[r] = code
+        self.failures.append(f)
+
+    # ------------------------------------------------------------------ events and meta
+    def _event(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        if p.family == "hint" or p.extra.get("hint"):
+            self._hint = (no, p.component, 0, line)
+        if p.family == "hint" and p.kind == "draft":
+            return
+        if p.name == "dflash_kv":
+            detail: dict[str, Any] = {"tag": g["tag"].strip()}
+            detail.update(_KV_PAIR.findall(g["body"]))
+        else:
+            detail = {"pattern": p.name, **g}
+        s = _SLOT.search(line)
+        if s is not None:
+            detail["slot"] = int(s["slot"])
+            detail["task"] = int(s["task"])
+        seq = g.get("seq") or detail.get("seq")
+        pos = g.get("pos") or g.get("pos_max") or detail.get("pos_max")
+        try:
+            seq_id = int(seq) if seq is not None else detail.get("slot")
+        except ValueError:
+            seq_id = None
+        try:
+            pos_i = int(pos) if pos is not None else None
+        except ValueError:
+            pos_i = None
+        t, _ = self._time(line)
+        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, detail))
+
+    def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
+        meta = self.meta
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        kind = p.kind
+        if kind == "version":
+            if g not in meta["versions"]:
+                meta["versions"].append(g)
+        elif kind == "backend":
+            name = g.get("backend") or p.extra.get("backend", "")
+            if name and name not in meta["backends"]:
+                meta["backends"].append(name)
+            if "n" in g:
+                meta.setdefault("n_devices", {})[name] = int(g["n"])
+        elif kind == "gpu":
+            gpu = {"index": int(g.get("idx", len(meta["gpus"]))), "name": g.get("name", "").strip()}
+            if "cc" in g:
+                gpu["compute_capability"] = g["cc"]
+            if gpu not in meta["gpus"]:
+                meta["gpus"].append(gpu)
+            backend = p.extra.get("backend")
+            if backend and backend not in meta["backends"]:
+                meta["backends"].append(backend)
+        elif kind == "placement":
+            meta["placement"] = {k: int(v) for k, v in g.items()}
+        elif kind in ("context", "kv_cache"):
+            size = int(g.get("n_ctx") or g.get("cells"))
+            meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": meta.get("_draft_seen", False)})
+        elif kind == "draft_marker":
+            meta["_draft_seen"] = True
+        elif kind == "spec_impl":
+            meta["_draft_seen"] = True
+            if g["impl"] not in meta["spec_impls"]:
+                meta["spec_impls"].append(g["impl"])
+        elif kind == "rope":
+            if g["rope"] not in meta["rope"]:
+                meta["rope"].append(g["rope"])
+        elif kind == "arch":
+            if g["arch"] not in meta["arch"]:
+                meta["arch"].append(g["arch"])
+        elif kind == "flag":
+            for fm in p.regex.finditer(line):
+                value = fm["value"]
+                meta["flags"][fm["flag"]] = value.strip('"') if value is not None else True
+
+
+_FIELD = BY_NAME["batch_field"].regex

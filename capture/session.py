@@ -1,0 +1,118 @@
+"""A capture session: one folder holding raw.log, manifest.json and whatever tables go with them.
+
+Every capture (embedded engine, wrapped server, attached log) writes the same layout, so the reader,
+the dashboard and the reports treat them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ROOT = Path("sessions")
+RAW_LOG = "raw.log"
+MANIFEST = "manifest.json"
+GROUND_TRUTH = "ground_truth.parquet"
+REQUESTS = "requests.parquet"
+CHUNKS = "chunks.parquet"
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvtrace")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+@dataclass(slots=True)
+class Session:
+    """A session folder on disk."""
+
+    path: Path
+
+    @property
+    def raw_log(self) -> Path:
+        return self.path / RAW_LOG
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def ground_truth(self) -> Path:
+        return self.path / GROUND_TRUTH
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def write_manifest(self, data: dict[str, Any]) -> None:
+        """Merge `data` into manifest.json, atomically (a reader never sees half a file)."""
+        merged = self.read_manifest()
+        merged.update(data)
+        merged.setdefault("tool", {"name": "kvtrace", "version": tool_version()})
+        merged.setdefault("host", host_info())
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.manifest_path)
+
+
+def session_name(kind: str, label: str = "") -> str:
+    """Sortable, readable: 20261130-094512-engine-stale-drafter."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    parts = [stamp, kind] + ([label] if label else [])
+    return _SLUG.sub("-", "-".join(parts)).strip("-")
+
+
+def new_session(kind: str, label: str = "", *, out: Path | None = None, root: Path | None = None) -> Session:
+    """Create the folder for a new capture: `out` exactly if given, else a fresh name under `root`."""
+    if out is not None:
+        path = Path(out)
+    else:
+        base = Path(root) if root is not None else DEFAULT_ROOT
+        path = base / session_name(kind, label)
+        n = 2
+        while path.exists():
+            path = base / f"{session_name(kind, label)}-{n}"
+            n += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return Session(path)
+
+
+def is_session(path: Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / RAW_LOG).is_file()
+
+
+def list_sessions(root: Path | None = None) -> list[Session]:
+    base = Path(root) if root is not None else DEFAULT_ROOT
+    if not base.is_dir():
+        return []
+    return [Session(p) for p in sorted(base.iterdir(), reverse=True) if is_session(p)]
