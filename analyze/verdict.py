@@ -82,7 +82,10 @@ def acceptance(events: pd.DataFrame) -> dict[str, Any]:
 def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any]]:
     if row is None:
         return []
-    out = [{"line": int(n), "text": text.strip()} for n, text in json.loads(row["lines"])[:8]]
+    lines = json.loads(row["lines"])
+    if len(lines) > 8:  # the start and the end of a long run (retries) say the most
+        lines = lines[:4] + lines[-3:]
+    out = [{"line": int(n), "text": text.strip()} for n, text in lines]
     ev_line = _opt(row["evidence_line"])
     if ev_line is not None and all(e["line"] != ev_line for e in out):
         out.append({"line": ev_line, "text": str(row["evidence"])})
