@@ -1,0 +1,228 @@
+"""`--ping N`: wait until the server answers /health, send N chat requests, record what came back.
+
+Each request's draft counts (`timings.draft_n`, `draft_n_accepted`) show whether speculative decoding ran.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper."
+DEFAULT_MAX_TOKENS = 64
+
+
+@dataclass(slots=True)
+class PingConfig:
+    n: int
+    host: str = "127.0.0.1"
+    port: int = 8080
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    concurrency: int = 1
+    health_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0
+    health_path: str = "/health"
+    api_key: str | None = None
+    model: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # more request fields (a llama-swap model's params)
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request: int
+    started: float  # unix seconds
+    latency_s: float
+    status: int | None  # HTTP status; None when no answer came
+    ok: bool
+    draft_n: int | None
+    draft_n_accepted: int | None
+    prompt_n: int | None
+    predicted_n: int | None
+    finish_reason: str | None
+    content_chars: int | None
+    error: str | None
+
+
+@dataclass(slots=True)
+class PingResult:
+    healthy: bool = False
+    health_wait_s: float | None = None
+    error: str | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        answered = [r for r in self.records if r.ok]
+        return {
+            "healthy": self.healthy,
+            "health_wait_s": self.health_wait_s,
+            "error": self.error,
+            "sent": len(self.records),
+            "answered": len(answered),
+            "draft_n": sum(r.draft_n or 0 for r in answered),
+            "draft_n_accepted": sum(r.draft_n_accepted or 0 for r in answered),
+        }
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _headers(cfg: PingConfig) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+
+
+def wait_healthy(
+    cfg: PingConfig, alive: Callable[[], bool], stop: threading.Event
+) -> tuple[bool, str | None]:
+    """Poll /health until 200; False and why if the program died, time ran out, or stop was set."""
+    deadline = time.monotonic() + cfg.health_timeout_s
+    last = "no answer"
+    url = cfg.base_url + cfg.health_path
+    with httpx.Client(trust_env=False, timeout=5.0, headers=_headers(cfg)) as client:
+        while True:
+            if stop.is_set():
+                return False, "stopped before the server became healthy"
+            if not alive():
+                return False, "the program exited before it answered " + url
+            try:
+                resp = client.get(url)
+                if resp.status_code == 200:
+                    return True, None
+                last = f"HTTP {resp.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if time.monotonic() >= deadline:
+                return False, f"no healthy answer from {url} within {cfg.health_timeout_s:g} s (last: {last})"
+            stop.wait(0.25)
+
+
+def chat_once(client: httpx.Client, cfg: PingConfig, i: int) -> RequestRecord:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": cfg.prompt}],
+        "max_tokens": cfg.max_tokens,
+        "stream": False,
+    }
+    if cfg.model:
+        body["model"] = cfg.model
+    body.update(cfg.extra)
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        resp = client.post(cfg.base_url + "/v1/chat/completions", json=body)
+    except httpx.HTTPError as exc:
+        return RequestRecord(
+            i,
+            started,
+            time.perf_counter() - t0,
+            None,
+            False,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            f"{type(exc).__name__}: {exc}",
+        )
+    latency = time.perf_counter() - t0
+    try:
+        data = resp.json()
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    timings = data.get("timings") or {}
+    choice = (data.get("choices") or [{}])[0] if isinstance(data.get("choices"), list) else {}
+    content = ((choice or {}).get("message") or {}).get("content")
+    ok = resp.status_code == 200 and bool(data.get("choices"))
+    error = None if ok else resp.text[:300]
+    return RequestRecord(
+        request=i,
+        started=started,
+        latency_s=latency,
+        status=resp.status_code,
+        ok=ok,
+        draft_n=_int(timings.get("draft_n")),
+        draft_n_accepted=_int(timings.get("draft_n_accepted")),
+        prompt_n=_int(timings.get("prompt_n")),
+        predicted_n=_int(timings.get("predicted_n")),
+        finish_reason=(choice or {}).get("finish_reason"),
+        content_chars=len(content) if isinstance(content, str) else None,
+        error=error,
+    )
+
+
+def send_requests(cfg: PingConfig) -> list[RequestRecord]:
+    with httpx.Client(trust_env=False, timeout=cfg.request_timeout_s, headers=_headers(cfg)) as client:
+        if cfg.concurrency <= 1:
+            return [chat_once(client, cfg, i) for i in range(cfg.n)]
+        with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
+            return list(pool.map(lambda i: chat_once(client, cfg, i), range(cfg.n)))
+
+
+def write_requests(records: list[RequestRecord], path: Path) -> None:
+    columns = list(RequestRecord.__dataclass_fields__)
+    df = pd.DataFrame([asdict(r) for r in records], columns=columns)
+    for col in ("status", "draft_n", "draft_n_accepted", "prompt_n", "predicted_n", "content_chars"):
+        df[col] = df[col].astype("Int64")
+    df.to_parquet(path, index=False)
+
+
+class Pinger(threading.Thread):
+    """Runs beside the capture; `done` is set when it has finished, whatever the outcome."""
+
+    def __init__(
+        self, cfg: PingConfig, alive: Callable[[], bool], out_path: Path, say: Callable[[str], None]
+    ) -> None:
+        super().__init__(name="kvtrace-ping", daemon=True)
+        self.cfg = cfg
+        self.alive = alive
+        self.out_path = out_path
+        self.say = say
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.result = PingResult()
+
+    def run(self) -> None:
+        try:
+            t0 = time.monotonic()
+            ok, why = wait_healthy(self.cfg, self.alive, self.stop)
+            self.result.health_wait_s = round(time.monotonic() - t0, 3)
+            if not ok:
+                self.result.error = why
+                return
+            self.result.healthy = True
+            self.say(
+                f"kvtrace: server healthy after {self.result.health_wait_s:.1f} s; "
+                f"sending {self.cfg.n} request(s)"
+            )
+            self.result.records = send_requests(self.cfg)
+            write_requests(self.result.records, self.out_path)
+            s = self.result.summary()
+            self.say(
+                f"kvtrace: {s['answered']}/{s['sent']} answered; drafted {s['draft_n']}, "
+                f"accepted {s['draft_n_accepted']}"
+            )
+            if s["answered"] < s["sent"]:
+                self.result.error = f"{s['sent'] - s['answered']} of {s['sent']} requests failed"
+        except Exception as exc:  # reported in the manifest; the capture itself goes on
+            self.result.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.done.set()

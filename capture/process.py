@@ -1,0 +1,179 @@
+"""The wrapped program: started with stdout and stderr merged into one pipe (one pipe keeps the order the
+program wrote in), read in large chunks, and stopped politely, then firmly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+READ_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe lets a log burst land without blocking the writer
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: if the wrapper is killed (even -9), the child gets SIGTERM."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def enlarge_pipe(fd: int, size: int = READ_SIZE) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+
+
+def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[bytes]:
+    """Chunks from a pipe or tty until EOF, or until `stop` is set and nothing more is waiting."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        try:
+            ready = poller.poll(int(poll_s * 1000))
+        except InterruptedError:
+            continue
+        if not ready:
+            if stop.is_set():
+                return
+            continue
+        try:
+            chunk = os.read(fd, READ_SIZE)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+@dataclass(slots=True)
+class StopPlan:
+    """Bounded waits after each signal; the whole stop never takes longer than their sum."""
+
+    after_sigint_s: float = 10.0
+    after_sigterm_s: float = 5.0
+    after_sigkill_s: float = 5.0
+
+
+class Child:
+    """A program run in its own process group, its output on one pipe."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> None:
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.signals_sent: list[str] = []
+        self.started_at = 0.0
+
+    def start(self) -> int:
+        """Start the program; return the read end of its output pipe. Raises OSError if it cannot start."""
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            # Own process group: a terminal Ctrl-C reaches only the wrapper, which then stops the
+            # program in order (and its helpers with it).
+            process_group=0,
+            preexec_fn=_die_with_parent,
+            bufsize=0,
+        )
+        self.started_at = time.time()
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        enlarge_pipe(fd)
+        return fd
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def poll(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _send(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.signals_sent.append(sig.name)
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def stop(self, plan: StopPlan, *, firm: bool = False) -> int | None:
+        """SIGINT, wait; SIGTERM, wait; SIGKILL. `firm` skips straight to SIGKILL."""
+        if self.proc is None:
+            return None
+        steps = [(signal.SIGKILL, plan.after_sigkill_s)]
+        if not firm:
+            steps = [(signal.SIGINT, plan.after_sigint_s), (signal.SIGTERM, plan.after_sigterm_s)] + steps
+        for sig, wait_s in steps:
+            if self.proc.poll() is not None:
+                break
+            self._send(sig)
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        # Helpers the program left in its group must not outlive the capture.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def probe(argv: Sequence[str], env: Mapping[str, str], *, timeout_s: float = 30.0) -> str | None:
+    """Run a quick informational command (`--version`, `--help`); its merged output, or None if it failed."""
+    try:
+        proc = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            timeout=timeout_s,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.decode("utf-8", errors="replace")

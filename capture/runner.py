@@ -1,0 +1,238 @@
+"""One capture from start to stop, whatever the source (a wrapped program, a followed file, stdin, a
+llama-swap stream): pump bytes into raw.log, watch, apply the stop rules, always write the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from capture.monitor import Monitor, Terminal
+from capture.ping import Pinger
+from capture.process import Child, StopPlan, read_fd, signal_name
+from capture.session import CHUNKS, Session, now_iso
+from capture.sink import RawSink
+
+Source = Callable[[threading.Event], Iterator[bytes]]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(slots=True)
+class StopRules:
+    timeout_s: float | None = None
+    until_error: bool = False
+    grace_s: float = 5.0
+    keep_running: bool = False  # after --ping, leave the server up until another rule stops it
+    plan: StopPlan = field(default_factory=StopPlan)
+    drain_s: float = 2.0  # after the program exits, how long its helpers may keep the pipe open
+
+
+@dataclass(slots=True)
+class Outcome:
+    reason: str
+    exit_code: int
+    returncode: int | None = None
+    signal: str | None = None
+    bytes: int = 0
+    error: str | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+class _Signals:
+    """Turns SIGINT/SIGTERM/SIGHUP into a stop request; a second one makes the stop firm at once."""
+
+    def __init__(self, child: Child | None) -> None:
+        self.child = child
+        self.received: list[str] = []
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in _HANDLED_SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signal.Signals(signum).name)
+        if len(self.received) >= 2 and self.child is not None and self.child.running():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                import os
+
+                os.killpg(self.child.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+
+
+def child_source(fd: int) -> Source:
+    return lambda stop: read_fd(fd, stop)
+
+
+def run_capture(
+    session: Session,
+    source: Source,
+    *,
+    terminal: Terminal,
+    rules: StopRules,
+    child: Child | None = None,
+    pinger: Pinger | None = None,
+    live: bool = True,
+) -> Outcome:
+    """Capture until a stop rule fires; the manifest records why it stopped and how the program ended."""
+    sink = RawSink(session.raw_log, echo=terminal.echo if terminal.echo_enabled else None)
+    start_offset = sink.bytes_written
+    session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset})
+    stop_pump = threading.Event()
+    eof = threading.Event()
+    pump_error: list[str] = []
+
+    def pump() -> None:
+        try:
+            for chunk in source(stop_pump):
+                sink.write(chunk)
+        except Exception as exc:  # reported; what was written stays written
+            pump_error.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            eof.set()
+
+    monitor: Monitor | None = None
+    live_note = None
+    if live:
+        try:
+            monitor = Monitor(
+                session.raw_log, lambda: sink.bytes_written, terminal, start_offset=start_offset
+            )
+        except ImportError as exc:
+            live_note = f"live parsing unavailable: {exc}"
+    pump_thread = threading.Thread(target=pump, name="kvtrace-pump", daemon=True)
+    reason, exit_code, error = "", EXIT_OK, None
+    t0 = time.monotonic()
+    with _Signals(child) as sigs:
+        pump_thread.start()
+        if monitor is not None:
+            monitor.start()
+        if pinger is not None:
+            pinger.start()
+        child_exit_seen: float | None = None
+        while True:
+            if sigs.received:
+                reason = f"signal {sigs.received[0]}"
+                exit_code = 128 + int(signal.Signals[sigs.received[0]])
+                break
+            if child is not None and child_exit_seen is None and child.poll() is not None:
+                child_exit_seen = time.monotonic()
+            if eof.is_set() and (child is None or child.poll() is not None or child_exit_seen is not None):
+                reason = "program exited" if child is not None else "end of input"
+                break
+            if eof.is_set() and child is not None:
+                # Output closed but the program lives on (it closed stdout/stderr): keep waiting for it.
+                pass
+            if child_exit_seen is not None and time.monotonic() - child_exit_seen > rules.drain_s:
+                reason = "program exited"
+                break
+            if rules.timeout_s is not None and time.monotonic() - t0 >= rules.timeout_s:
+                reason = "timeout"
+                break
+            if (
+                rules.until_error
+                and monitor is not None
+                and monitor.first_error_at is not None
+                and time.time() - monitor.first_error_at >= rules.grace_s
+            ):
+                reason = "until-error"
+                exit_code = EXIT_FAILED
+                break
+            if pinger is not None and pinger.done.is_set():
+                if pinger.result.error and not pinger.result.healthy:
+                    reason, exit_code, error = "ping failed", EXIT_FAILED, pinger.result.error
+                    break
+                if not rules.keep_running:
+                    reason = "ping done"
+                    if pinger.result.error:
+                        exit_code, error = EXIT_FAILED, pinger.result.error
+                    break
+            time.sleep(0.05)
+
+        if pinger is not None:
+            pinger.stop.set()
+        returncode: int | None = None
+        if child is not None:
+            if child.running():
+                terminal.message(f"kvtrace: stopping the program ({reason})")
+            returncode = child.stop(rules.plan, firm=len(sigs.received) >= 2)
+        stop_pump.set()
+        pump_thread.join(rules.drain_s + 5)
+    if child is not None:
+        child.close()
+    if pinger is not None:
+        pinger.join(5)
+
+    live_stats: dict[str, Any] | None = None
+    live_complete = None
+    if monitor is not None:
+        live_complete = monitor.finish()
+        s = monitor.stats
+        live_stats = {
+            "lines": s.lines,
+            "batches": s.batches,
+            "errors": s.errors,
+            "target_pos": s.target_pos,
+            "drafter_pos": s.drafter_pos,
+        }
+        if monitor.stats.errors and exit_code == EXIT_OK:
+            exit_code = EXIT_FAILED
+    terminal.end()
+    sink.close(session.path / CHUNKS)
+
+    program_failed = (
+        child is not None and reason == "program exited" and returncode is not None and returncode != 0
+    )
+    if program_failed and exit_code == EXIT_OK:
+        exit_code = EXIT_FAILED
+    if pump_error and error is None:
+        error = "reading the input failed: " + pump_error[0]
+
+    final: dict[str, Any] = {
+        "end": now_iso(),
+        "duration_s": round(time.monotonic() - t0, 3),
+        "stop_reason": reason,
+        "bytes": sink.bytes_written - start_offset,
+        "exit_code": exit_code,
+        "signals_received": sigs.received,
+        "live": {
+            "stats": live_stats,
+            "complete": live_complete,
+            "note": live_note,
+            "failed": monitor.failed if monitor else None,
+            "triage": monitor.triage_printed if monitor else "",
+        },
+    }
+    if child is not None:
+        final["program"] = {
+            "pid": child.pid,
+            "returncode": returncode,
+            "signal": signal_name(returncode),
+            "signals_sent": child.signals_sent,
+        }
+    if pinger is not None:
+        final["ping"] = pinger.result.summary()
+    if error:
+        final["error"] = error
+    session.write_manifest(final)
+    return Outcome(
+        reason=reason,
+        exit_code=exit_code,
+        returncode=returncode,
+        signal=signal_name(returncode),
+        bytes=sink.bytes_written - start_offset,
+        error=error,
+        manifest=session.read_manifest(),
+    )

@@ -1,0 +1,347 @@
+"""`kvtrace capture run|attach|llama-swap` as library calls: prepare, say what happens, capture, summarise.
+
+The click layer in capture/cli.py only turns options into these calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capture import llama_args
+from capture.attach import LLAMA_SWAP_WARNING, AttachError, follow_file, llama_swap_source, stdin_source
+from capture.gpus import query_gpus
+from capture.llamaswap import SwapModel
+from capture.monitor import Terminal
+from capture.ping import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, PingConfig, Pinger
+from capture.process import Child, StopPlan, probe
+from capture.runner import EXIT_USAGE, Outcome, Source, StopRules, child_source, run_capture
+from capture.session import REQUESTS, Session, new_session
+
+_OFF = {"0", "off", "no", "false", ""}
+
+
+class UsageError(Exception):
+    """Bad input found before anything started: a one-line message, exit 2."""
+
+
+@dataclass(slots=True)
+class CaptureOptions:
+    out: Path | None = None
+    root: Path | None = None
+    label: str = ""
+    quiet: bool = False
+    json_out: bool = False
+    until_error: bool = False
+    grace_s: float = 5.0
+    timeout_s: float | None = None
+    stop_wait_s: float = 10.0
+
+
+@dataclass(slots=True)
+class RunOptions(CaptureOptions):
+    ping: int = 0
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    concurrency: int = 1
+    health_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0
+    keep_running: bool = False
+    debug_env: dict[str, str | None] = field(default_factory=dict)  # NAME -> value, None = leave as is
+    extra_env: dict[str, str] = field(default_factory=dict)
+    log_flags: bool = True
+    health_path: str = "/health"
+    model: str | None = None
+    request_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Prepared:
+    argv: list[str]
+    env: dict[str, str]
+    is_llama: bool
+    added: list[str]
+    skipped: list[str]
+    version: str | None
+    set_env: dict[str, str]  # what kvtrace set or the user set for this run
+    removed_env: list[str]
+
+
+def say(text: str) -> None:
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def debug_environment(
+    choices: dict[str, str | None], base: dict[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The debug switches: the user's option wins, then what their environment already says, then 1."""
+    set_env: dict[str, str] = {}
+    removed: list[str] = []
+    for name, default in llama_args.DEBUG_ENV.items():
+        chosen = choices.get(name)
+        value = base.get(name, default) if chosen is None else chosen
+        if value.strip().lower() in _OFF:
+            removed.append(name)
+        else:
+            set_env[name] = value
+    return set_env, removed
+
+
+def resolve_program(argv: list[str], env: dict[str, str]) -> str:
+    if not argv:
+        raise UsageError("no command given: put it after `--`, e.g. kvtrace capture run -- llama-server ...")
+    found = shutil.which(argv[0], path=env.get("PATH"))
+    if found is None:
+        where = "not an executable file" if os.path.exists(argv[0]) else "not found"
+        raise UsageError(f"program {where}: {argv[0]}")
+    return found
+
+
+def prepare(argv: list[str], opts: RunOptions) -> Prepared:
+    base = dict(os.environ)
+    debug, removed = debug_environment(opts.debug_env, base)
+    set_env = {**debug, **opts.extra_env}
+    env = {k: v for k, v in base.items() if k not in removed}
+    env.update(set_env)
+    resolve_program(argv, env)
+    is_llama = llama_args.is_llama_program(argv[0])
+    version = None
+    added: list[str] = []
+    skipped: list[str] = []
+    effective = list(argv)
+    if is_llama:
+        version = probe([argv[0], "--version"], env)
+        if opts.log_flags:
+            help_text = probe([argv[0], "--help"], env)
+            aug = llama_args.add_log_flags(argv, env, help_text if help_text and "--" in help_text else None)
+            effective, added, skipped = aug.argv, aug.added, aug.skipped
+    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed)
+
+
+def _version_text(text: str | None) -> str | None:
+    if text is None:
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip()][:20]
+    return llama_args.redact_text("\n".join(lines))
+
+
+def _terminal(opts: CaptureOptions) -> Terminal:
+    echo = not opts.quiet and not opts.json_out
+    return Terminal(echo=echo, status=not opts.quiet and sys.stderr.isatty())
+
+
+def _rules(opts: CaptureOptions, keep_running: bool = False) -> StopRules:
+    w = opts.stop_wait_s
+    return StopRules(
+        timeout_s=opts.timeout_s,
+        until_error=opts.until_error,
+        grace_s=opts.grace_s,
+        keep_running=keep_running,
+        plan=StopPlan(after_sigint_s=w, after_sigterm_s=max(1.0, w / 2), after_sigkill_s=5.0),
+    )
+
+
+def _session(opts: CaptureOptions, kind: str, label: str) -> Session:
+    try:
+        return new_session(kind, opts.label or label, out=opts.out, root=opts.root)
+    except OSError as exc:
+        raise UsageError(f"cannot create the session folder: {exc}") from exc
+
+
+def run_wrapped(
+    argv: list[str], opts: RunOptions, *, kind: str = "run", manifest_extra: dict[str, Any] | None = None
+) -> Outcome:
+    """Wrap a program: `kvtrace capture run -- CMD ARGS...`."""
+    prep = prepare(argv, opts)
+    flags = llama_args.triage_flags(prep.argv, prep.env) if prep.is_llama else {}
+    host, port = llama_args.endpoint(prep.argv, prep.env)
+    label = Path(argv[0]).name
+    session = _session(opts, kind, label)
+    redacted = llama_args.redact_argv(prep.argv)
+    say(f"kvtrace: running: {llama_args.shell_join(redacted)}")
+    if prep.added:
+        say(f"kvtrace: added for parseable debug output: {' '.join(prep.added)}")
+    if prep.skipped:
+        say(f"kvtrace: this build does not list {' '.join(prep.skipped)}; left out")
+    shown_env = " ".join(f"{k}={v}" for k, v in llama_args.redact_env(prep.set_env).items())
+    say(
+        f"kvtrace: environment: {shown_env or '(nothing set)'}"
+        + (f"; unset: {' '.join(prep.removed_env)}" if prep.removed_env else "")
+    )
+    say(f"kvtrace: session: {session.path}")
+
+    manifest: dict[str, Any] = {
+        "kind": kind,
+        "session": session.path.name,
+        "command": llama_args.redact_argv(argv),
+        "effective_command": redacted,
+        "effective_command_line": llama_args.shell_join(redacted),
+        "added_flags": prep.added,
+        "skipped_flags": prep.skipped,
+        "env_set": llama_args.redact_env(prep.set_env),
+        "env_unset": prep.removed_env,
+        "env": llama_args.relevant_env(prep.env),
+        "llama_program": prep.is_llama,
+        "version": _version_text(prep.version),
+        "triage_flags": flags,
+        "gpus": query_gpus(prep.env),
+        "cwd": os.getcwd(),
+    }
+    ping_cfg = None
+    if opts.ping > 0:
+        ping_cfg = PingConfig(
+            n=opts.ping,
+            host=host,
+            port=port,
+            prompt=opts.prompt,
+            max_tokens=opts.max_tokens,
+            concurrency=opts.concurrency,
+            health_timeout_s=opts.health_timeout_s,
+            request_timeout_s=opts.request_timeout_s,
+            health_path=opts.health_path,
+            api_key=llama_args.api_key(prep.argv, prep.env),
+            model=opts.model,
+            extra=opts.request_params,
+        )
+        manifest["ping_config"] = {
+            "n": opts.ping,
+            "url": ping_cfg.base_url,
+            "max_tokens": opts.max_tokens,
+            "concurrency": opts.concurrency,
+            "prompt": opts.prompt,
+            "health_path": opts.health_path,
+            "model": opts.model,
+            "request_params": opts.request_params,
+        }
+    manifest.update(manifest_extra or {})
+    session.write_manifest(manifest)
+
+    child = Child(prep.argv, prep.env)
+    try:
+        fd = child.start()
+    except OSError as exc:
+        session.write_manifest({"error": f"could not start: {exc}", "exit_code": EXIT_USAGE})
+        raise UsageError(f"could not start {argv[0]}: {exc.strerror or exc}") from exc
+    session.write_manifest({"program": {"pid": child.pid}})
+    terminal = _terminal(opts)
+    pinger = None
+    if ping_cfg is not None:
+        pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
+    outcome = run_capture(
+        session,
+        child_source(fd),
+        terminal=terminal,
+        rules=_rules(opts, opts.keep_running),
+        child=child,
+        pinger=pinger,
+    )
+    _report(session, outcome, opts)
+    return outcome
+
+
+def run_llama_swap(swap: SwapModel, opts: RunOptions) -> Outcome:
+    """`kvtrace capture llama-swap CONFIG MODEL`: the model's cmd and env under `capture run`."""
+    opts.extra_env = {**swap.env, **opts.extra_env}
+    if swap.health_path is not None:
+        opts.health_path = swap.health_path
+    elif opts.ping:
+        raise UsageError(
+            f"model {swap.model_id!r} has checkEndpoint: none, so --ping cannot tell when it is ready"
+        )
+    opts.model = opts.model or swap.requested
+    opts.request_params = {**swap.request_params, **opts.request_params}
+    extra = {
+        "llama_swap": {
+            "config": str(swap.config),
+            "model_id": swap.model_id,
+            "requested": swap.requested,
+            "port": swap.port,
+            "env": llama_args.redact_env(swap.env),
+            "cmd": llama_args.redact_text(swap.raw_cmd),
+        }
+    }
+    try:
+        return run_wrapped(swap.argv, opts, kind="llama-swap", manifest_extra=extra)
+    except UsageError as exc:
+        raise UsageError(f"model {swap.model_id!r} in {swap.config}: {exc}") from exc
+
+
+def run_attach(
+    source_kind: str,
+    opts: CaptureOptions,
+    *,
+    path: Path | None = None,
+    follow: bool = False,
+    from_end: bool = False,
+    url: str | None = None,
+    model: str | None = None,
+) -> Outcome:
+    """`kvtrace capture attach`: a followed file, stdin, or llama-swap's log stream."""
+    terminal = _terminal(opts)
+    src: Source
+    desc: dict[str, Any] = {"source": source_kind}
+    try:
+        if source_kind == "file":
+            assert path is not None
+            src = follow_file(path, follow=follow, from_end=from_end, say=terminal.message)
+            desc.update(path=str(path), follow=follow, from_end=from_end)
+            label = path.name
+        elif source_kind == "stdin":
+            src, label = stdin_source(), "stdin"
+        else:
+            assert url is not None
+            say(LLAMA_SWAP_WARNING)
+            src = llama_swap_source(url, model)
+            desc.update(url=llama_args.redact_text(url), model=model, warning=LLAMA_SWAP_WARNING)
+            label = model or "llama-swap"
+    except AttachError as exc:
+        raise UsageError(str(exc)) from exc
+    session = _session(opts, "attach", label)
+    say(f"kvtrace: session: {session.path}")
+    session.write_manifest(
+        {"kind": "attach", "session": session.path.name, "attach": desc, "cwd": os.getcwd()}
+    )
+    outcome = run_capture(session, src, terminal=terminal, rules=_rules(opts))
+    _report(session, outcome, opts)
+    return outcome
+
+
+def _report(session: Session, outcome: Outcome, opts: CaptureOptions) -> None:
+    how = ""
+    if outcome.returncode is not None:
+        ended = outcome.signal or f"exit code {outcome.returncode}"
+        how = f"; program {ended}"
+    say(f"kvtrace: stopped ({outcome.reason}){how}; {outcome.bytes:,} bytes in {session.raw_log}")
+    if outcome.error:
+        say(f"kvtrace: error: {outcome.error}")
+    say(
+        f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
+        f"to a bug report; next: kvtrace triage {session.raw_log}"
+    )
+    if opts.json_out:
+        summary = {
+            "session": str(session.path),
+            "stop_reason": outcome.reason,
+            "exit_code": outcome.exit_code,
+            "returncode": outcome.returncode,
+            "signal": outcome.signal,
+            "bytes": outcome.bytes,
+            "error": outcome.error,
+            "live": outcome.manifest.get("live"),
+            "ping": outcome.manifest.get("ping"),
+        }
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
+        sys.stdout.flush()

@@ -1,0 +1,315 @@
+"""`kvtrace capture run` against small child programs that misbehave in the ways real servers do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from capture_helpers import (
+    file_contains,
+    free_port,
+    manifest,
+    pid_alive,
+    run_kvtrace,
+    start_kvtrace,
+    wait_for,
+    write_script,
+)
+
+BURST = """
+import os, sys
+n, copy_path = int(sys.argv[1]), sys.argv[2]
+with open(copy_path, "wb") as copy:
+    block, fd = [], 1
+    for i in range(n):
+        tag = b"out" if fd == 1 else b"err"
+        block.append(b"%s line %07d of the burst, some payload to make it longer\\n" % (tag, i))
+        if len(block) == 4096:
+            data = b"".join(block)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            copy.write(data)
+            block = []
+            fd = 2 if fd == 1 else 1  # stderr and stdout interleave; one pipe keeps their order
+    data = b"".join(block)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    copy.write(data)
+"""
+
+
+def test_burst_of_a_million_lines_is_byte_exact(tmp_path: Path, py: str) -> None:
+    child = write_script(tmp_path / "burst.py", BURST)
+    copy = tmp_path / "what-the-child-wrote.log"
+    out = tmp_path / "s"
+    proc = run_kvtrace(
+        "capture",
+        "run",
+        "--quiet",
+        "--out",
+        str(out),
+        "--",
+        py,
+        str(child),
+        "1000000",
+        str(copy),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    raw = (out / "raw.log").read_bytes()
+    expected = copy.read_bytes()
+    assert raw.count(b"\n") == 1_000_000
+    assert raw == expected  # none lost, order kept, byte-exact
+    chunks = pq.read_table(out / "chunks.parquet").to_pandas()
+    assert chunks["nbytes"].sum() == len(raw)
+    assert (chunks["offset"].diff().dropna() > 0).all()
+    assert chunks["t"].is_monotonic_increasing
+    m = manifest(out)
+    assert m["program"]["returncode"] == 0
+    assert m["stop_reason"] == "program exited"
+    assert m["bytes"] == len(raw)
+
+
+def test_crash_mid_line_keeps_the_partial_line(tmp_path: Path, py: str) -> None:
+    child = write_script(
+        tmp_path / "crash.py",
+        """
+        import os
+        os.write(2, b"srv  load_model: loading model\\n")
+        os.write(1, b"half a line with no newl")
+        os.abort()
+    """,
+    )
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--out", str(out), "--", py, str(child), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert (out / "raw.log").read_bytes() == b"srv  load_model: loading model\nhalf a line with no newl"
+    m = manifest(out)
+    assert m["program"]["signal"] == "SIGABRT"
+    assert m["exit_code"] == 1
+    assert b"SIGABRT" in proc.stderr
+
+
+def test_never_healthy_gives_a_clear_message_and_a_manifest(tmp_path: Path, py: str) -> None:
+    child = write_script(
+        tmp_path / "sleepy.py",
+        """
+        import sys, time
+        print("pretending to load a model", flush=True)
+        time.sleep(600)
+    """,
+    )
+    port = free_port()
+    out = tmp_path / "s"
+    t0 = time.monotonic()
+    proc = run_kvtrace(
+        "capture",
+        "run",
+        "--ping",
+        "2",
+        "--health-timeout",
+        "1.5",
+        "--stop-wait",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        py,
+        str(child),
+        "--port",
+        str(port),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert f"no healthy answer from http://127.0.0.1:{port}/health within 1.5 s" in err
+    assert "Traceback" not in err
+    m = manifest(out)
+    assert m["stop_reason"] == "ping failed"
+    assert m["ping"]["healthy"] is False and m["ping"]["sent"] == 0
+    assert m["program"]["signals_sent"][0] == "SIGINT"
+    assert not pid_alive(m["program"]["pid"])
+    assert b"pretending to load a model" in (out / "raw.log").read_bytes()
+
+
+POLITE = """
+import signal, sys, time, os
+def bye(signum, frame):
+    os.write(1, b"child: got %s, shutting down\\n" % signal.Signals(signum).name.encode())
+    sys.exit(0)
+signal.signal(signal.SIGINT, bye)
+signal.signal(signal.SIGTERM, bye)
+os.write(1, b"child: ready\\n")
+while True:
+    time.sleep(0.1)
+"""
+
+STUBBORN = """
+import signal, time, os
+signal.signal(signal.SIGINT, lambda *a: os.write(1, b"child: ignoring SIGINT\\n"))
+signal.signal(signal.SIGTERM, lambda *a: os.write(1, b"child: ignoring SIGTERM\\n"))
+os.write(1, b"child: ready\\n")
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_wrapper_stops_the_child_and_writes_the_manifest(
+    tmp_path: Path, py: str, sig: signal.Signals
+) -> None:
+    child = write_script(tmp_path / "polite.py", POLITE)
+    out = tmp_path / "s"
+    wrapper = start_kvtrace(
+        "capture", "run", "--quiet", "--out", str(out), "--", py, str(child), cwd=tmp_path
+    )
+    try:
+        wait_for(file_contains(out / "raw.log", b"child: ready"), what="child start")
+        child_pid = manifest(out)["program"]["pid"]
+        wrapper.send_signal(sig)
+        wrapper.wait(30)
+    finally:
+        wrapper.kill()
+    assert wrapper.returncode == 128 + int(sig)
+    m = manifest(out)
+    assert m["stop_reason"] == f"signal {sig.name}"
+    assert m["program"]["signals_sent"] == ["SIGINT"]  # polite first, and it was enough
+    assert m["program"]["returncode"] == 0
+    assert "end" in m
+    assert not pid_alive(child_pid)
+    assert b"child: got SIGINT, shutting down" in (out / "raw.log").read_bytes()
+    assert (out / "chunks.parquet").exists()
+
+
+def test_a_stubborn_child_is_stopped_firmly_within_bounded_waits(tmp_path: Path, py: str) -> None:
+    child = write_script(tmp_path / "stubborn.py", STUBBORN)
+    out = tmp_path / "s"
+    wrapper = start_kvtrace(
+        "capture",
+        "run",
+        "--quiet",
+        "--stop-wait",
+        "1",
+        "--timeout",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        py,
+        str(child),
+        cwd=tmp_path,
+    )
+    try:
+        wrapper.wait(30)
+    finally:
+        wrapper.kill()
+    m = manifest(out)
+    assert m["stop_reason"] == "timeout"
+    assert m["program"]["signals_sent"] == ["SIGINT", "SIGTERM", "SIGKILL"]
+    assert m["program"]["signal"] == "SIGKILL"
+    raw = (out / "raw.log").read_bytes()
+    assert b"child: ignoring SIGINT" in raw and b"child: ignoring SIGTERM" in raw
+    assert not pid_alive(m["program"]["pid"])
+
+
+def test_kill_9_of_the_wrapper_loses_nothing_received(tmp_path: Path, py: str) -> None:
+    fixture = (
+        Path(__file__).parents[1] / "fixtures" / "corpus" / "01_beellama-27-dflash-drafter-consecutive.log"
+    )
+    child = write_script(
+        tmp_path / "replay.py",
+        """
+        import os, sys, time
+        data = open(sys.argv[1], "rb").read()
+        while True:  # a real log, replayed line by line for ever
+            for line in data.splitlines(keepends=True):
+                os.write(2, line)
+            time.sleep(0.01)
+    """,
+    )
+    out = tmp_path / "s"
+    wrapper = start_kvtrace(
+        "capture", "run", "--quiet", "--out", str(out), "--", py, str(child), str(fixture), cwd=tmp_path
+    )
+    try:
+        data = fixture.read_bytes()
+        wait_for(
+            lambda: (out / "raw.log").exists() and (out / "raw.log").stat().st_size > 3 * len(data),
+            what="three replays captured",
+        )
+        child_pid = manifest(out)["program"]["pid"]
+        os.kill(wrapper.pid, signal.SIGKILL)
+        wrapper.wait(10)
+    finally:
+        wrapper.kill()
+    # The child follows its parent (no orphaned server left running).
+    wait_for(lambda: not pid_alive(child_pid), what="child to exit after the wrapper died")
+    raw = (out / "raw.log").read_bytes()
+    full, rest = divmod(len(raw), len(data))
+    assert full >= 3
+    assert raw == data * full + data[:rest]  # everything that arrived, in order, nothing garbled
+    m = manifest(out)
+    assert m["program"]["pid"] == child_pid and "end" not in m  # the start was recorded before the kill
+
+    import analyze
+
+    result = analyze.parse(out / "raw.log")
+    assert result.lines >= raw.count(b"\n")
+    assert len(result.errors) > 0  # this log's position errors are all there, each replay's
+
+
+def test_missing_program_is_a_one_line_error_and_starts_nothing(tmp_path: Path) -> None:
+    proc = run_kvtrace(
+        "capture", "run", "--out", str(tmp_path / "s"), "--", "no-such-llama-server-xyz", cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode().strip() == "kvtrace: error: program not found: no-such-llama-server-xyz"
+    assert not (tmp_path / "s").exists()
+
+
+def test_debug_environment_is_set_and_can_be_turned_off(tmp_path: Path, py: str) -> None:
+    child = write_script(
+        tmp_path / "env.py",
+        """
+        import os
+        for k in ("LLAMA_BATCH_DEBUG", "LLAMA_KV_CACHE_DEBUG", "GGML_DFLASH_DEBUG", "MY_TOKEN"):
+            print(k, os.environ.get(k), flush=True)
+    """,
+    )
+    out = tmp_path / "s"
+    proc = run_kvtrace(
+        "capture",
+        "run",
+        "--out",
+        str(out),
+        "--kv-debug",
+        "off",
+        "--batch-debug",
+        "2",
+        "--env",
+        "MY_TOKEN=hunter2",
+        "--",
+        py,
+        str(child),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    raw = (out / "raw.log").read_text()
+    assert "LLAMA_BATCH_DEBUG 2" in raw
+    assert "LLAMA_KV_CACHE_DEBUG None" in raw
+    assert "GGML_DFLASH_DEBUG 1" in raw
+    assert "MY_TOKEN hunter2" in raw
+    text = (out / "manifest.json").read_text()
+    assert "hunter2" not in text
+    m = manifest(out)
+    assert m["env_set"]["MY_TOKEN"] == "***"
+    assert m["env_unset"] == ["LLAMA_KV_CACHE_DEBUG"]
