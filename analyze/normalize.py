@@ -28,7 +28,7 @@ _OUTER = re.compile(
 )
 # llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L ` (minutes unbounded), level letter optional.
 LLAMA_PREFIX = re.compile(r"(?P<m>\d+)\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
-_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+_MONTHS = {m: i for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}
 
 
 @dataclass(slots=True)

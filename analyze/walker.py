@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from analyze.normalize import parse_prefix, unescape
+from analyze.normalize import message, parse_prefix, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -89,8 +89,8 @@ class Walker:
                 if p.anchor in line:
                     m = p.regex.search(line)
                     if m is not None:
-                        self.n_recognised += 1
-                        self._dispatch(p, m, no, line)
+                        if self._dispatch(p, m, no, line) is not False:
+                            self.n_recognised += 1
                         break
             else:
                 if "&" in line and (text := unescape(line)) != line:
@@ -99,8 +99,8 @@ class Walker:
                         if p.anchor in text:
                             m = p.regex.search(text)
                             if m is not None:
-                                self.n_recognised += 1
-                                self._dispatch(p, m, no, text)
+                                if self._dispatch(p, m, no, text) is not False:
+                                    self.n_recognised += 1
                                 break
         self.n_lines = no
 
@@ -109,21 +109,20 @@ class Walker:
         self._close_failure()
 
     # ------------------------------------------------------------------ dispatch by family
-    def _dispatch(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+    def _dispatch(self, p: Pattern, m: re.Match[str], no: int, line: str) -> bool:
+        """Hand a match to its family; False when the line turned out not to be a log line."""
         fam = p.family
+        if fam == "block" and not self._block(p, m, no, line):
+            return False
         if fam == "batch":
             self._batch(p.kind, m, no, line)
         elif fam == "kv":
             self._kv(p.kind, m, no, line)
-        elif fam == "block":
-            self._block(p, m, no, line)
         elif fam == "failure":
             self._fail(p, m, no, line)
         elif fam == "follow":
             self._follow(p, m, no, line)
-        elif fam == "event":
-            self._event(p, m, no, line)
-        elif fam == "hint":
+        elif fam == "event" or fam == "hint":
             self._event(p, m, no, line)
         elif fam == "meta":
             self._meta(p, m, line)
@@ -133,6 +132,7 @@ class Walker:
                 self._close_failure()
             elif fam != "block":
                 f.block_open = False  # what follows the block is the decode failing, not more of it
+        return True
 
     def _time(self, line: str) -> tuple[float, str | None]:
         pre = parse_prefix(line)
@@ -245,13 +245,13 @@ class Walker:
         self._failure = f
         return f
 
-    def _block(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
+    def _block(self, p: Pattern, m: re.Match[str], no: int, line: str) -> bool:
         kind = p.kind
         f = self._failure
         live = f is not None and f.block_open and not f.block_closed
         if kind == "close":
             if not live:
-                return  # a closing line with nothing before it is prose quoting the error
+                return False  # a closing line with nothing before it is prose quoting the error
             assert f is not None
             op = m.groupdict().get("op")
             f.variant = p.extra.get("variant") or ("mrope_le" if op and "=" in op else "mrope_lt")
@@ -259,7 +259,7 @@ class Walker:
                 self.meta["mrope"] = True
             f.block_closed = True
             f.add_line(no, line)
-            return
+            return True
         seq = int(m["seq"])
         if kind == "header" or not live or (kind == "x" and (f.last_pos is not None or f.batch_start is not None)) or (
             kind == "y" and f.batch_start is not None) or (f is not None and f.seq_id is not None and f.seq_id != seq):
@@ -274,6 +274,7 @@ class Walker:
         elif kind == "y" and m["y"] is not None:
             f.batch_start = int(m["y"])
         f.add_line(no, line)
+        return True
 
     def _fail(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
         stage = int(p.extra.get("stage", "0"))
@@ -294,7 +295,7 @@ class Walker:
         if f.seq_id is None and g.get("seq") is not None:
             f.seq_id = int(g["seq"])
         if p.component != "unknown" and f.component == "unknown":
-            f.component, f.evidence, f.evidence_line = p.component, line.strip(), no
+            f.component, f.evidence, f.evidence_line = p.component, message(line), no
         f.add_line(no, line)
 
     def _follow(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
@@ -302,7 +303,7 @@ class Walker:
         if f is None or no - f.last_line > FAILURE_GAP:
             return
         if p.component != "unknown" and f.component == "unknown":
-            f.component, f.evidence, f.evidence_line = p.component, line.strip(), no
+            f.component, f.evidence, f.evidence_line = p.component, message(line), no
         f.add_line(no, line)
 
     def _close_failure(self) -> None:
@@ -313,7 +314,7 @@ class Walker:
         if f.component == "unknown" and self._hint is not None:
             h_line, h_comp, h_text = self._hint[0], self._hint[1], self._hint[3]
             if 0 < f.line - h_line <= HINT_GAP:
-                f.component, f.evidence, f.evidence_line = h_comp, h_text.strip(), h_line
+                f.component, f.evidence, f.evidence_line = h_comp, message(h_text), h_line
         if f.batch is not None and f.component != "unknown":
             code = CONTEXT_CODES[f.component]
             for r in range(len(self.batches) - 1, -1, -1):

@@ -1,0 +1,97 @@
+"""The walker on lines built exactly to the log-format notes: each family lands in the right table."""
+
+from __future__ import annotations
+
+import json
+
+import analyze
+from tests.analyze.formats import batch_dump, find_slot, new_scheme, position_error, stale_drafter_log
+
+
+def test_stale_drafter_log_tables() -> None:
+    r = analyze.parse(stale_drafter_log().encode())
+    b = r.batches
+    assert list(b.n_tokens) == [4, 10, 16, 16, 16]
+    assert list(b.pos_min) == [1355, 250, 1361, 1362, 1363]
+    assert list(b.pos_max) == [1358, 259, 1376, 1377, 1378]
+    assert list(b.n_outputs) == [4, 10, 16, 16, 16]
+    assert list(b.ok) == [True, True, False, False, False]
+    # sizes say target/drafter; the failing batches never reach find_slot: their caller line says drafter
+    assert list(b.context.astype(str)) == ["target", "drafter", "drafter", "drafter", "drafter"]
+    assert b.context_confidence.iloc[0] >= 0.99 and b.context_confidence.iloc[2] == 0.9
+    assert b.t.iloc[0] > 10.0
+    kv = r.kv
+    assert list(kv.cache_size) == [32768, 256] and list(kv.context.astype(str)) == ["target", "drafter"]
+    assert list(kv.pos_max) == [1354, 249]
+    e = r.errors
+    assert list(e.kind) == ["inconsistent_positions"] * 3
+    assert list(e.last_pos) == [259] * 3 and list(e.batch_start) == [1361, 1362, 1363]
+    assert set(e.component) == {"drafter"} and set(e.ret) == {-1} and set(e.variant) == {"consecutive"}
+    assert e.evidence.iloc[0] == "dflash: drafter decode failed with -1"
+    kinds = list(r.events.kind)
+    assert kinds.count("reset") == 2 and "accepted" in kinds and kinds.count("draft_stats") == 2
+    clear = r.events[r.events.kind == "reset"].iloc[0]
+    assert clear.context == "drafter" and clear.pos == 259
+    assert json.loads(clear.detail)["next_pos"] == "1364"
+    v = r.verdict
+    assert (v.kind, v.component, v.last_pos, v.batch_start, v.n_position_errors) == (
+        "inconsistent_positions", "drafter", 259, 1361, 3)
+    assert "stale" in v.summary
+    assert r.meta["spec_impls"] == ["dflash"] and r.meta["kv_cache_debug"] and r.meta["batch_debug"]
+
+
+def test_old_scheme_without_prefixes_parses_the_same() -> None:
+    a = analyze.parse(stale_drafter_log(prefixed=True).encode())
+    b = analyze.parse(stale_drafter_log(prefixed=False).encode())
+    cols = ["n_tokens", "pos_min", "pos_max", "ok", "context"]
+    assert a.batches[cols].equals(b.batches[cols])
+    assert b.batches.t.isna().all()
+    strip = {"source": "", "evidence": []}
+    assert a.verdict.to_dict() | strip == b.verdict.to_dict() | strip
+
+
+def test_mrope_closings_and_missing_closing_line() -> None:
+    e = new_scheme(1.0, "E")
+    text = "\n".join(
+        position_error(e, 0, 65, 20, "mrope_le") + ["x"]
+        + position_error(e, 1, 8791, 192, "mrope_lt") + ["y"]
+        + position_error(e, 2, 5, 9)[:3] + [new_scheme(2.0, "I") + "srv  update_slots: all slots are idle"]
+    )
+    errors = analyze.parse(text.encode()).errors
+    assert list(errors.variant) == ["mrope_le", "mrope_lt", "unclosed"]
+    assert list(errors.seq_id) == [0, 1, 2]
+
+
+def test_prose_quoting_an_error_is_not_a_block() -> None:
+    text = ("Thanks. The important part is this mismatch:\n"
+            "last position stored in the memory module ... X = 259\n"
+            "tokens ... starting position ... Y = 1361\n"
+            "it is required that the sequence positions remain consecutive: Y = X + 1\n")
+    r = analyze.parse(text.encode())
+    assert r.errors.empty and r.verdict.kind == "no_log"
+
+
+def test_cut_off_header_still_counts_the_block() -> None:
+    lines = position_error("", 0, 587, 641)[1:] + ["decode: failed to initialize batch"]
+    lines += position_error("", 0, 587, 642)
+    r = analyze.parse("\n".join(lines).encode())
+    assert r.verdict.n_position_errors == 2
+    assert (r.verdict.last_pos, r.verdict.batch_start) == (587, 641)
+
+
+def test_embedding_batches_and_unknown_fields() -> None:
+    dump = batch_dump("", 0, 3, 3, embd="0x7f3a2c0099d0")
+    dump.insert(3, "ubatch_print:   n_new_field  = 42")  # a build that adds a field still parses
+    b = analyze.parse(("\n".join(dump + find_slot("", 512, -1, -1))).encode()).batches
+    assert bool(b.embd.iloc[0]) is True and b.n_tokens.iloc[0] == 3
+
+
+def test_kv_drop_is_a_reset_event() -> None:
+    lines = []
+    for pos in (100, 200, 300):
+        lines += batch_dump("", pos, 1, 1) + find_slot("", 4096, 0, pos - 1, pos)
+    lines += batch_dump("", 0, 1, 1) + find_slot("", 4096, -1, -1, 0)
+    ev = analyze.parse("\n".join(lines).encode()).events
+    drops = ev[ev.kind == "kv_drop"]
+    assert len(drops) == 1 and int(drops.pos.iloc[0]) == -1
+    assert json.loads(drops.detail.iloc[0])["from"] == 299
