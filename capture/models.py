@@ -57,7 +57,7 @@ class ModelParams:
     context_length: int = 8192
     # How much the target's later layers move the residual stream: small enough that the drafter
     # (first layer only) agrees with the target's greedy choice about a quarter of the time.
-    later_layer_scale: float = 1.0
+    later_layer_scale: float = 0.3
 
     def key(self, seed: int) -> str:
         blob = json.dumps({"v": FORMAT_VERSION, "seed": seed, **asdict(self)}, sort_keys=True)
@@ -222,9 +222,7 @@ def generate_pair(folder: Path, seed: int = 0, params: ModelParams | None = None
     return out
 
 
-def ensure_models(
-    cache_dir: Path | None = None, seed: int = 0, params: ModelParams | None = None
-) -> ModelPair:
+def ensure_models(cache_dir: Path | None = None, seed: int = 0, params: ModelParams | None = None) -> ModelPair:
     """The generated pair for `seed`, made on first use under the cache folder and reused afterwards."""
     params = params or ModelParams()
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
