@@ -18,15 +18,7 @@ BIN = Path(sys.executable).parent
 
 def kvtrace_argv() -> list[str]:
     """The installed console script, as a user runs it."""
-    if (Path(__file__).parents[2] / "analyze" / "cli.py").exists():
-        return [str(BIN / "kvtrace")]
-    # TEMPORARY until analyze/cli.py lands
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from capture.cli import capture_group as g; g(sys.argv[3:])",
-        "x",
-    ]
+    return [str(BIN / "kvtrace")]
 
 
 def run_kvtrace(

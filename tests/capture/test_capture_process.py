@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from capture_helpers import (
+
+from tests.capture.capture_helpers import (
     file_contains,
     free_port,
     manifest,
