@@ -201,3 +201,10 @@ def llama_swap_cmd(config: Path, model: str, **kw: object) -> None:
         return run_llama_swap(swap, opts)
 
     _finish(go)
+
+
+# ---- capture engine and kvtrace demo (issue 3): the commands live in capture/cli_engine.py -------
+from capture.cli_engine import demo_command, engine_cmd  # noqa: E402
+
+capture_group.add_command(engine_cmd)
+__all__ = ["capture_group", "demo_command"]

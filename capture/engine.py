@@ -598,13 +598,22 @@ def _write_ground_truth(path: Path, decodes: list[DecodeRecord]) -> None:
     frame.to_parquet(path, index=False)
 
 
-def run_engine(config: EngineConfig, session: Session) -> EngineResult:
-    """Run a capture into `session`: raw.log, ground_truth.parquet and manifest.json."""
-    config.validate()
+def engine_models(config: EngineConfig) -> ModelPair:
+    """The user's GGUF pair (checked) or the generated tiny pair (made on first use)."""
     try:
-        models = resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
-    except ValueError as e:
+        return resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
+    except (OSError, ValueError) as e:
         raise EngineError(str(e)) from None
+
+
+def run_engine(config: EngineConfig, session: Session, models: ModelPair | None = None) -> EngineResult:
+    """Run a capture into `session`: raw.log, ground_truth.parquet and manifest.json.
+
+    Raises EngineError (one-line message) for settings or models that cannot be used.
+    """
+    config.validate()
+    if models is None:
+        models = engine_models(config)
     import llama_cpp
 
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}

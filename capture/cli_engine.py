@@ -1,0 +1,215 @@
+"""`kvtrace capture engine` and `kvtrace demo`: thin click commands over capture/engine.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from capture.engine import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError, EngineResult
+from capture.server_lines import FLAVORS
+
+
+def _tensor_split(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[float, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(float(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of numbers, e.g. 3,1") from None
+
+
+def _engine_options(f: Any) -> Any:
+    opts = [
+        click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
+                     help="Break the drafter's bookkeeping the way a real bug does (none = healthy)."),
+        click.option("--requests", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Requests in a row on one slot (new prompt, shared-prefix reuse, clear, ...)."),
+        click.option("--cycles", type=click.IntRange(min=1), default=32, show_default=True,
+                     help="Draft/verify cycles per request."),
+        click.option("--draft", "-k", type=click.IntRange(1, 64), default=4, show_default=True,
+                     help="Tokens drafted per cycle."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the generated models and prompts."),
+        click.option("--target", type=click.Path(dir_okay=False, path_type=Path),
+                     help="A real target GGUF (with --drafter; default: the generated tiny pair)."),
+        click.option("--drafter", type=click.Path(dir_okay=False, path_type=Path), help="A real drafter GGUF."),
+        click.option("--log-prefix/--no-log-prefix", default=True, show_default=True,
+                     help="The new-scheme `M.SS.mmm.uuu L ` prefix on each log entry."),
+        click.option("--kv-debug/--no-kv-debug", default=True, show_default=True,
+                     help="LLAMA_KV_CACHE_DEBUG=1 (find_slot lines); off to measure attribution without it."),
+        click.option("--flavor", type=click.Choice(FLAVORS), default="fork", show_default=True,
+                     help="Wording of the server/speculative lines: beellama fork (new or v0.2.0) or upstream."),
+        click.option("--drafting", type=click.Choice(DRAFTING), default="block", show_default=True,
+                     help="block: one DFlash drafter batch per cycle; chain: k one-token drafter decodes."),
+        click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="CPU threads per context (1 is fastest for the tiny models)."),
+        click.option("--n-gpu-layers", "-ngl", type=int, default=0, show_default=True,
+                     help="Layers to offload (needs a GPU build of llama-cpp-python; -1 = all)."),
+        click.option("--split-mode", type=click.Choice(list(SPLIT_MODES)), default="layer", show_default=True,
+                     help="How a model spreads over several GPUs."),
+        click.option("--tensor-split", callback=_tensor_split, metavar="A,B,...",
+                     help="Share of the model per GPU, e.g. 3,1."),
+        click.option("--main-gpu", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="The GPU used with --split-mode none."),
+        click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+                     help="Session folder (default: a new one under ./sessions)."),
+        click.option("--progress/--no-progress", default=None,
+                     help="Progress bar on stderr (default: when stderr is a terminal)."),
+    ]  # fmt: skip
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _config(kw: dict[str, Any]) -> EngineConfig:
+    progress = kw.pop("progress")
+    return EngineConfig(
+        fault=kw["fault"],
+        requests=kw["requests"],
+        cycles=kw["cycles"],
+        draft=kw["draft"],
+        seed=kw["seed"],
+        target=kw["target"],
+        drafter=kw["drafter"],
+        log_prefix=kw["log_prefix"],
+        kv_debug=kw["kv_debug"],
+        flavor=kw["flavor"],
+        drafting=kw["drafting"],
+        n_threads=kw["threads"],
+        n_gpu_layers=kw["n_gpu_layers"],
+        split_mode=kw["split_mode"],
+        tensor_split=kw["tensor_split"],
+        main_gpu=kw["main_gpu"],
+        progress=sys.stderr.isatty() if progress is None else progress,
+    )
+
+
+def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> EngineResult:
+    """Run the engine into a new session folder; bad settings exit 2 with one line."""
+    from capture.engine import engine_models, run_engine
+    from capture.session import new_session
+
+    try:
+        config.validate()
+        models = engine_models(config)  # before the folder exists: bad models leave nothing behind
+        session = new_session("engine", label or config.fault, out=out)
+        return run_engine(config, session, models)
+    except EngineError as exc:
+        click.echo(f"kvtrace: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+@click.command(name="engine")
+@_engine_options
+@click.option("--json", "as_json", is_flag=True, help="Print the capture's summary as JSON on stdout.")
+def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
+    """Run real target + drafter speculative decoding (llama.cpp via llama-cpp-python) and capture it.
+
+    Writes SESSION/raw.log (every llama.cpp line, batch dumps and find_slot lines included, plus the
+    server lines a real slot prints), SESSION/ground_truth.parquet (one row per llama_decode call, from
+    the API) and SESSION/manifest.json. Without --target/--drafter it generates a tiny model pair once
+    (cached under $KVTRACE_CACHE or ~/.cache/kvtrace/models): no download, no GPU needed.
+
+    Exit code: 0 captured (injected failures included); 1 a healthy run (--fault none) hit a decode
+    failure; 2 bad settings or unusable models.
+
+    \b
+    Examples:
+      kvtrace capture engine --fault stale-drafter
+      kvtrace capture engine --fault no-rollback --draft 8 --out ./repro
+      kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
+      kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2
+      kvtrace capture engine --target t.gguf --drafter d.gguf -ngl 99 --tensor-split 1,1
+    """
+    config = _config(kw)
+    result = capture_engine(config, out)
+    summary = result.summary()
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(f"session:  {result.session}")
+        click.echo(
+            f"engine:   fault={config.fault} requests={result.n_requests} cycles={len(result.cycles)} "
+            f"draft={config.draft} in {result.duration_s:.2f} s"
+        )
+        click.echo(
+            f"decodes:  {result.n_decodes} ({result.n_failures} refused by llama.cpp); "
+            f"drafts accepted {result.accepted}/{result.drafted} ({result.acceptance:.1%})"
+        )
+        click.echo(f"next:     kvtrace triage {result.session}")
+    if config.fault == "none" and result.n_failures:
+        raise SystemExit(1)
+
+
+def _dashboard_ready() -> bool:
+    """`kvtrace demo` opens the dashboard only once the app exists (an empty placeholder does not count)."""
+    try:
+        from analyze.cli_dashboard import app_path
+    except ImportError:
+        return False
+    app = app_path()
+    return app.is_file() and app.stat().st_size > 0
+
+
+@click.command(name="demo")
+@click.option("--no-dashboard", is_flag=True, help="Stop after printing the triage.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Session folder (default: a new one under ./sessions).")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated models and prompts.")
+@click.option("--port", type=click.IntRange(1, 65535), help="Dashboard port (default: the first free from 8501).")
+def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None) -> None:
+    """See the drafter-KV failure for real in a minute: no GPU, no download.
+
+    Generates a tiny target + drafter pair, runs real llama.cpp speculative decoding with a drafter
+    that goes stale at a request reset (`--fault stale-drafter`), reads the captured log and prints
+    the triage, then opens the dashboard on it at http://127.0.0.1:PORT (Ctrl-C to stop).
+
+    \b
+    Examples:
+      kvtrace demo
+      kvtrace demo --no-dashboard
+      kvtrace demo --out ./demo-session --port 8600
+    """
+    from capture.models import ensure_models
+
+    click.echo("1/3 models: generating (or reusing) the tiny target + drafter pair ...", err=True)
+    try:
+        pair = ensure_models(seed=seed)
+    except (OSError, ValueError) as exc:
+        click.echo(f"kvtrace: cannot write the models: {exc}", err=True)
+        raise SystemExit(2) from None
+    click.echo(f"    {pair.target.parent}", err=True)
+    click.echo("2/3 capture: real llama.cpp, drafter left stale after a reset ...", err=True)
+    config = EngineConfig(fault="stale-drafter", seed=seed, progress=sys.stderr.isatty())
+    result = capture_engine(config, out, label="demo-stale-drafter")
+    click.echo(
+        f"    {result.session}: {result.n_decodes} decodes, {result.n_failures} refused by llama.cpp",
+        err=True,
+    )
+    click.echo("3/3 triage:", err=True)
+    import analyze
+    from analyze.cli import format_verdict
+
+    parsed = analyze.parse(result.session / "raw.log")
+    verdict = parsed.verdict
+    verdict.source = str(result.session)
+    click.echo(format_verdict(verdict))
+    if no_dashboard or not _dashboard_ready():
+        return
+    from analyze.cli_dashboard import launch
+
+    dash = launch(result.session, port=port)
+    click.echo(f"\nkvtrace dashboard: {dash.url}  (Ctrl-C to stop)")
+    try:
+        dash.proc.wait()
+    except KeyboardInterrupt:
+        dash.proc.terminate()
+        try:
+            dash.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            dash.proc.kill()
