@@ -85,6 +85,7 @@ class EngineConfig:
     # block: DFlash, one drafter batch [id_last, mask x k] per cycle (the seed report's batch shape);
     # chain: draft-simple, k one-token drafter decodes (higher, chained acceptance)
     drafting: str = "block"
+    prompt_words: tuple[int, int] = (24, 90)  # length range of the generated prompts, in words
     n_ctx_target: int = 8192
     n_ctx_drafter: int = 4096  # differs from the target's, as in real setups (its find_slot `size`)
     n_batch: int = 512
@@ -110,6 +111,8 @@ class EngineConfig:
             raise EngineError("stale-drafter needs at least 2 requests: the drafter goes stale at a reset")
         if not 1 <= self.draft <= min(64, self.n_batch - 1):
             raise EngineError(f"--draft must be between 1 and {min(64, self.n_batch - 1)}")
+        if not 1 <= self.prompt_words[0] <= self.prompt_words[1]:
+            raise EngineError("prompt_words must be a (min, max) range with 1 <= min <= max")
         if min(self.n_ctx_target, self.n_ctx_drafter) < 256:
             raise EngineError("context sizes must be at least 256")
 
@@ -364,7 +367,7 @@ class _Engine:
     # -- one request ------------------------------------------------------------------------------
     def _next_prompt(self, index: int, slot: _Slot) -> tuple[str, list[int]]:
         kind = "new" if index == 0 else REQUEST_KINDS[(index - 1) % len(REQUEST_KINDS)]
-        text = _prompt_text(self.rng, self.rng.randint(24, 90))
+        text = _prompt_text(self.rng, self.rng.randint(*self.cfg.prompt_words))
         if kind == "continue":
             prompt = slot.tokens + self._tokenize(" " + text, add_special=False)
         elif kind == "partial":
