@@ -58,6 +58,12 @@ def unescape(line: str) -> str:
 def parse_prefix(line: str) -> Prefix:
     """Read the prefixes in front of llama.cpp's message. Only called for lines that become records."""
     out = Prefix()
+    m = LLAMA_PREFIX.match(line)
+    if m is not None:  # the common case in a raw capture: llama.cpp's own prefix and nothing else
+        out.t = int(m["m"]) * 60 + int(m["s"]) + int(m["ms"]) / 1e3 + int(m["us"]) / 1e6
+        out.level = m["lvl"]
+        out.start = m.end()
+        return out
     pos = 0
     n = len(line)
     while pos < n:

@@ -50,10 +50,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("batch_ubatch", "batch", "added ubatch to split", r"added ubatch to split", kind="ubatch"),
     _p("batch_field", "batch", "ubatch_print:",
        r"ubatch_print:\s+(?P<key>[a-z_]+)\s*= (?P<value>\S*)", kind="field"),
-    _p("batch_seq_open", "batch", "init:", r"init:\s+seq\s+= \[", kind="seq_open"),
-    _p("batch_seq_close", "batch", "init:", r"init:\s+\]\s*$", kind="seq_close"),
     _p("batch_seq_pos", "batch", ": pos = [",
        rf"init:\s+(?P<seq>\d+): pos = \[\s*(?P<pos_min>{INT}),\s*(?P<pos_max>{INT})\]", kind="seq_pos"),
+    _p("batch_seq_open", "batch", "init:", r"init:\s+seq\s+= \[", kind="seq_open"),
+    _p("batch_seq_close", "batch", "init:", r"init:\s+\]\s*$", kind="seq_close"),
     # ---- LLAMA_KV_CACHE_DEBUG (§5)
     _p("kv_stream", "kv", "find_slot: stream[",
        r"find_slot: stream\[(?P<stream>\d+)\], n = \s*(?P<n>\d+), used = \s*(?P<used>\d+), "

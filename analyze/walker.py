@@ -70,27 +70,36 @@ class Walker:
     def feed(self, lines: list[str]) -> None:
         no = self.n_lines
         patterns = PATTERNS
+        in_input = self._dump == _INPUT
+        fragment = self._fragment
         for line in lines:
             no += 1
             # batch dumps are most of a debug log: skip the ubatch repeats and token rows cheaply
             if "ubatch_print:" in line:
-                if self._dump == _INPUT:
-                    self._field(line)
+                if in_input:
+                    if ": id = " in line or "[embd]" in line:  # a token row: only its end matters
+                        fragment = "output = " not in line
+                    elif "n_tokens" in line or "n_outputs" in line or "embd" in line:
+                        # fields are read by name (builds add fields); only these three feed the tables
+                        m = _FIELD.search(line)
+                        if m is not None:
+                            self._fields[m["key"]] = m["value"]
                 continue
-            if self._fragment:
+            if fragment:
                 # a token piece with a newline in it: the row goes on until `output = N`
+                fragment = False
                 if "output = " in line:
-                    self._fragment = False
                     continue
                 if "init:" not in line and "ubatch" not in line:
+                    fragment = True
                     continue
-                self._fragment = False
             for p in patterns:
                 if p.anchor in line:
                     m = p.regex.search(line)
                     if m is not None:
                         if self._dispatch(p, m, no, line) is not False:
                             self.n_recognised += 1
+                        in_input = self._dump == _INPUT
                         break
             else:
                 if "&" in line and (text := unescape(line)) != line:
@@ -101,8 +110,10 @@ class Walker:
                             if m is not None:
                                 if self._dispatch(p, m, no, text) is not False:
                                     self.n_recognised += 1
+                                in_input = self._dump == _INPUT
                                 break
         self.n_lines = no
+        self._fragment = fragment
 
     def close(self) -> None:
         self._end_batch()
@@ -166,13 +177,6 @@ class Walker:
             self._flush_input()
             self._dump = _OUT
 
-    def _field(self, line: str) -> None:
-        m = _FIELD.search(line)
-        if m is not None:
-            self._fields[m["key"]] = m["value"]
-        elif ": id = " in line and "output = " not in line:
-            self._fragment = True
-
     def _flush_input(self) -> None:
         """Write the rows of the input batch whose dump just ended (one per sequence in it)."""
         if self._dump not in (_INPUT, _SEQS):
@@ -216,7 +220,8 @@ class Walker:
 
     # ------------------------------------------------------------------ LLAMA_KV_CACHE_DEBUG
     def _kv(self, kind: str, m: re.Match[str], no: int, line: str) -> None:
-        self._flush_input()
+        if self._dump in (_INPUT, _SEQS):
+            self._flush_input()
         if kind == "stream":
             self._kv_size = int(m["size"])
             self._cur_sizes.add(self._kv_size)
@@ -224,7 +229,8 @@ class Walker:
             return
         kv = self.kv
         kv.line.append(no)
-        kv.t.append(self._time(line)[0])
+        # find_slot runs microseconds after its batch's dump: reuse that time rather than parse it again
+        kv.t.append(self._batch_t if self._cur_rows else self._time(line)[0])
         kv.cache_size.append(self._kv_size)
         kv.stream.append(int(m["stream"]))
         kv.seq_id.append(int(m["seq"]))
