@@ -5,7 +5,6 @@ UTF-8, a truncated gzip).
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import sys
@@ -73,11 +72,51 @@ def _maybe_gzip(opened: Opened) -> Opened:
     if not hasattr(stream, "peek"):
         stream = io.BufferedReader(stream)  # type: ignore[arg-type]
     head = stream.peek(2)[:2]  # type: ignore[attr-defined]
-    if head == b"\x1f\x8b":
-        opened.stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-    else:
-        opened.stream = stream  # type: ignore[assignment]
+    opened.stream = GzipReader(stream, opened) if head == b"\x1f\x8b" else stream  # type: ignore[assignment]
     return opened
+
+
+class GzipReader(io.RawIOBase):
+    """gzip decompression that keeps every byte it got before a truncation or corruption (GzipFile
+    throws away the block it was decoding), and reads concatenated members."""
+
+    def __init__(self, raw: BinaryIO, opened: Opened) -> None:
+        self._raw = raw
+        self._opened = opened
+        self._z = zlib.decompressobj(wbits=31)
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        out = b""
+        while not self._done and (size < 0 or len(out) < size):
+            data = self._z.unconsumed_tail or self._raw.read(1 << 20)
+            if not data:
+                if not self._z.eof:
+                    self._warn("compressed data ends early")
+                self._done = True
+                break
+            try:
+                out += self._z.decompress(data, max(0, size - len(out)) if size > 0 else 0)
+            except zlib.error as exc:
+                self._warn(f"corrupt compressed data ({exc})")
+                self._done = True
+                break
+            if self._z.eof:
+                rest = self._z.unused_data
+                self._z = zlib.decompressobj(wbits=31)
+                if rest.lstrip(b"\x00"):
+                    out += self._z.decompress(rest)
+        return out
+
+    def _warn(self, what: str) -> None:
+        self._opened.warnings.append(f"{self._opened.name}: {what}; read what was there")
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
@@ -88,8 +127,8 @@ def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
     while True:
         try:
             data = read(chunk_size)
-        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-            opened.warnings.append(f"{opened.name}: compressed data ends early ({exc}); read what was there")
+        except OSError as exc:
+            opened.warnings.append(f"{opened.name}: read failed ({exc}); read what was there")
             data = b""
         if not data:
             break

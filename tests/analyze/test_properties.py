@@ -1,0 +1,69 @@
+"""Property tests: arbitrary bytes and mutated real logs never raise, and always give a verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import analyze
+from analyze.verdict import KINDS
+
+CORPUS = sorted((Path(__file__).parents[1] / "fixtures" / "corpus").glob("*.log"))
+REAL = [p.read_bytes() for p in CORPUS]
+
+
+def _check(data: bytes) -> None:
+    r = analyze.parse(data)
+    assert r.verdict.kind in KINDS
+    assert r.verdict.n_position_errors >= 0
+    if not data.startswith(b"\x1f\x8b"):
+        assert r.lines == data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    for col in ("batches", "kv", "errors", "events"):
+        assert getattr(r, col) is not None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=4000))
+def test_arbitrary_bytes(data: bytes) -> None:
+    _check(data)
+
+
+@st.composite
+def mutated_log(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(st.sampled_from(REAL)))
+    for _ in range(draw(st.integers(1, 12))):
+        op = draw(st.sampled_from(["flip", "cut", "dup", "insert", "crlf", "nul"]))
+        i = draw(st.integers(0, max(0, len(data) - 1)))
+        if op == "flip" and data:
+            data[i] = draw(st.integers(0, 255))
+        elif op == "cut":
+            del data[i : i + draw(st.integers(1, 300))]
+        elif op == "dup":
+            j = draw(st.integers(i, min(len(data), i + 400)))
+            data[j:j] = data[i:j]
+        elif op == "insert":
+            data[i:i] = draw(st.binary(max_size=40))
+        elif op == "crlf":
+            data[:] = data.replace(b"\n", b"\r\n")
+        elif op == "nul":
+            data[i:i] = b"\x00"
+    return bytes(data)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_log())
+def test_mutated_real_logs(data: bytes) -> None:
+    _check(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(REAL), st.integers(1, 4096))
+def test_chunking_never_changes_the_result(data: bytes, size: int) -> None:
+    sp = analyze.StreamParser()
+    for i in range(0, len(data), size):
+        sp.feed(data[i : i + size])
+    a = sp.finish().verdict.to_dict()
+    b = analyze.parse(data).verdict.to_dict()
+    assert a | {"source": ""} == b | {"source": ""}

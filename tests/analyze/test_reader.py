@@ -1,0 +1,76 @@
+"""Every kind of source, and every kind of bad input: a result or one clear line, never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import analyze
+from analyze.reader import MAX_LINE
+
+SEED = Path(__file__).parents[1] / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
+
+
+def test_path_bytes_fileobj_gzip_and_session_folder_agree(tmp_path: Path) -> None:
+    data = SEED.read_bytes()
+    gz = tmp_path / "renamed.txt"  # compressed but not named .gz: the bytes decide
+    gz.write_bytes(gzip.compress(data))
+    session = tmp_path / "session"
+    session.mkdir()
+    (session / "raw.log").write_bytes(data)
+    results = [analyze.parse(SEED), analyze.parse(data), analyze.parse(io.BytesIO(data)), analyze.parse(gz),
+               analyze.parse(session)]
+    for r in results:
+        assert (r.verdict.kind, r.verdict.last_pos, r.verdict.batch_start) == ("inconsistent_positions", 259, 1361)
+        assert r.lines == results[0].lines
+
+
+def test_stdin() -> None:
+    out = subprocess.run([sys.executable, "-m", "analyze", "triage", "--json", "-"], input=SEED.read_bytes(),
+                         capture_output=True, check=True)
+    assert b'"last_pos": 259' in out.stdout
+
+
+def test_truncated_gzip_keeps_what_was_there() -> None:
+    data = gzip.compress(SEED.read_bytes() * 50)
+    r = analyze.parse(data[: len(data) // 2])
+    assert r.warnings and "ends early" in r.warnings[0]
+    assert r.verdict.kind == "inconsistent_positions"
+
+
+def test_overlong_line_is_cut_and_counted_once() -> None:
+    data = b"x" * (3 * MAX_LINE) + b"\n" + SEED.read_bytes()
+    r = analyze.parse(data)
+    assert r.lines == analyze.parse(SEED).lines + 1
+    assert r.verdict.last_pos == 259
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00" * 1000, bytes(range(256)) * 40, b"\xff\xfe\x00garbage", b"\n\n\n"])
+def test_junk_gives_no_log(data: bytes) -> None:
+    r = analyze.parse(data)
+    assert r.verdict.kind == "no_log"
+    assert r.batches.empty and r.errors.empty
+
+
+def test_missing_file_and_folder_without_log(tmp_path: Path) -> None:
+    with pytest.raises(analyze.InputError, match="no such file"):
+        analyze.parse(tmp_path / "nope.log")
+    with pytest.raises(analyze.InputError, match="without raw.log"):
+        analyze.parse(tmp_path)
+
+
+def test_stream_parser_matches_whole_parse() -> None:
+    data = SEED.read_bytes()
+    sp = analyze.StreamParser("seed")
+    for i in range(0, len(data), 97):  # odd chunk sizes split lines anywhere
+        sp.feed(data[i : i + 97])
+    assert sp.stats()["position_errors"] == 3
+    r = sp.finish()
+    whole = analyze.parse(data)
+    assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}
+    assert r.lines == whole.lines
