@@ -1,0 +1,317 @@
+"""The embedded engine on real llama.cpp: healthy runs keep the drafter at the target's position, and each
+fault makes llama.cpp itself refuse the drafter's batch with its real error, matching the API's truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
+from capture.models import ensure_models, sha256_file
+from capture.session import Session, new_session
+
+from .capture_helpers import run_kvtrace
+
+pytestmark = pytest.mark.engine
+
+PREFIX = re.compile(rb"^\d+\.\d{2}\.\d{3}\.\d{3} [IWED] ")
+ERROR_BLOCK = re.compile(
+    rb"init: the tokens of sequence (\d+) in the input batch have inconsistent sequence positions:\n"
+    rb" - the last position stored in the memory module of the context \(i\.e\. the KV cache\) "
+    rb"for sequence \1 is X = (-?\d+)\n"
+    rb" - the tokens for sequence \1 in the input batch have a starting position of Y = (-?\d+)\n"
+    rb" it is required that the sequence positions remain consecutive: Y = X \+ 1\n"
+)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("engine-models")
+    ensure_models(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def capture(cache: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Run the engine once per distinct setting within this module."""
+    done: dict[tuple, EngineResult] = {}
+    root = tmp_path_factory.mktemp("engine-sessions")
+
+    def run(**kw: object) -> EngineResult:
+        key = tuple(sorted(kw.items()))
+        if key not in done:
+            cfg = EngineConfig(cache_dir=cache, **kw)  # type: ignore[arg-type]
+            done[key] = run_engine(cfg, new_session("engine", str(len(done)), root=root))
+        return done[key]
+
+    return run
+
+
+def truth(result: EngineResult) -> pd.DataFrame:
+    return pd.read_parquet(result.session / "ground_truth.parquet")
+
+
+def raw_lines(result: EngineResult) -> list[bytes]:
+    return (result.session / "raw.log").read_bytes().split(b"\n")
+
+
+def position_errors(result: EngineResult) -> list[tuple[int, int, int]]:
+    """(seq, X, Y) of every position error llama.cpp printed, in order."""
+    text = (result.session / "raw.log").read_bytes()
+    return [(int(s), int(x), int(y)) for s, x, y in ERROR_BLOCK.findall(text)]
+
+
+# -- healthy ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("draft", "drafting"), [(1, "block"), (4, "block"), (8, "block"), (3, "chain")])
+def test_healthy_drafter_ends_every_cycle_at_the_targets_position(capture, draft: int, drafting: str) -> None:
+    result = capture(fault="none", draft=draft, drafting=drafting, requests=4, cycles=24)
+    gt = truth(result)
+    assert result.n_failures == 0 and (gt.ret == 0).all()
+    assert len(result.cycles) == 4 * 24
+    for c in result.cycles:
+        assert c.n_draft == draft and 0 <= c.n_accepted <= draft
+        assert c.drafter_kv_max == c.target_kv_max == c.pos + c.n_accepted
+    assert position_errors(result) == []
+    assert b"drafter decode failed" not in (result.session / "raw.log").read_bytes()
+    # Every decode starts where its own context's cache ends (or rewrites a removed range), never past it.
+    for row in gt.itertuples():
+        kv_max = row.target_kv_max if row.context == "target" else row.drafter_kv_max
+        assert kv_max == row.pos_max, row
+
+
+def test_healthy_acceptance_is_realistic(capture) -> None:
+    result = capture(fault="none", draft=2, requests=4, cycles=48)
+    assert 0.15 <= result.acceptance <= 0.6
+    accepted = {c.n_accepted for c in result.cycles}
+    assert {0, 1} <= accepted
+
+
+def test_requests_reset_reuse_and_clear(capture) -> None:
+    """Four requests: new prompt, shared-prefix reuse (cache kept), clear (from 0), partial reuse (rewind)."""
+    result = capture(fault="none", draft=4, requests=4, cycles=24)
+    text = (result.session / "raw.log").read_text(errors="replace")
+    cached = [int(n) for n in re.findall(r"cached n_tokens = (\d+), memory_seq_rm \[\1, end\)", text)]
+    assert len(cached) == 4
+    assert cached[0] == 0 and cached[1] > 0 and cached[2] == 0 and cached[3] > 0
+    starts = [c.pos for c in result.cycles if c.cycle == 0]
+    assert starts[1] > starts[0] + 24  # the continued conversation goes on from the cached history
+    assert starts[2] < starts[1]  # the cleared one starts again from a short prompt
+    assert text.count("stop processing: n_tokens = ") == 4
+    assert text.count("draft acceptance = ") == 4 and text.count("statistics           dflash: ") == 4
+
+
+# -- faults -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draft", [2, 4, 16])
+def test_stale_drafter_x_stuck_y_climbing(capture, draft: int) -> None:
+    result = capture(fault="stale-drafter", draft=draft, requests=3, cycles=16)
+    gt = truth(result)
+    failed = gt[gt.ret != 0]
+    errors = position_errors(result)
+    assert len(failed) == len(errors) >= 16
+    assert (failed.ret == -1).all() and (failed.context == "drafter").all()
+    # llama.cpp's X and Y are the drafter's stored max and the batch's first position.
+    assert [(x, y) for _, x, y in errors] == list(zip(failed.drafter_kv_max, failed.pos_min, strict=True))
+    xs = {x for _, x, _ in errors}
+    assert len(xs) == 1  # X stuck for the rest of the run
+    ys = [y for _, _, y in errors]
+    first_request = [c for c in result.cycles if c.request == 1 and c.draft_ret != 0]
+    assert [c.pos for c in first_request] == list(range(first_request[0].pos, first_request[0].pos + 16))
+    assert ys[:16] == [c.pos for c in first_request]  # Y climbs by one on every later cycle
+    assert ys[0] > xs.pop() + 1  # the seed report's shape: the drafter is behind the target
+    # Request 0 ran before any reset: healthy.
+    assert all(c.draft_ret == 0 for c in result.cycles if c.request == 0)
+    # Each refusal is followed by llama.cpp's own lines and then the fork's drafter line.
+    lines = raw_lines(result)
+    for line in failed.line:
+        i = next(j for j in range(line - 1, len(lines)) if lines[j].endswith(b"Y = X + 1"))
+        assert re.fullmatch(rb"\S+ E decode: failed to initialize batch", lines[i + 1])
+        assert re.fullmatch(rb"\S+ E llama_decode: failed to decode, ret = -1", lines[i + 2])
+        assert re.fullmatch(rb"\S+ E dflash: drafter decode failed with -1", lines[i + 3])
+
+
+@pytest.mark.parametrize("draft", [3, 8])
+def test_no_rollback_leaves_rejected_positions(capture, draft: int) -> None:
+    result = capture(fault="no-rollback", draft=draft, requests=2, cycles=24)
+    gt = truth(result)
+    failed = gt[gt.ret != 0]
+    errors = position_errors(result)
+    assert len(errors) == len(failed) > 0
+    assert (failed.context == "drafter").all() and (failed.ret == -1).all()
+    for (_, x, y), row in zip(errors, failed.itertuples(), strict=True):
+        assert x >= y  # the rejected draft positions are still in the drafter's cache
+        assert (x, y) == (row.drafter_kv_max, row.pos_min)
+
+
+def test_ground_truth_table(capture) -> None:
+    result = capture(fault="stale-drafter", draft=4, requests=3, cycles=16)
+    gt = truth(result)
+    assert tuple(gt.columns) == GROUND_TRUTH_COLUMNS
+    assert list(gt.decode) == list(range(len(gt)))
+    assert set(gt.context) == {"target", "drafter"}
+    assert (gt.seq_id == 0).all()
+    assert (gt.pos_max - gt.pos_min + 1 == gt.n_tokens).all()
+    assert gt.line.is_monotonic_increasing
+    lines = raw_lines(result)
+    # With LLAMA_BATCH_DEBUG=1 every decode's output begins with the input batch dump.
+    for row in gt.itertuples():
+        assert lines[row.line - 1].endswith(b"D init: input batch info:"), row
+        assert f"n_tokens     = {row.n_tokens}".encode() in lines[row.line + 1]
+
+
+def test_manifest(capture, cache: Path) -> None:
+    result = capture(fault="stale-drafter", draft=4, requests=3, cycles=16)
+    manifest = json.loads((result.session / "manifest.json").read_text())
+    gt = truth(result)
+    pair = ensure_models(cache, seed=0)
+    assert manifest["kind"] == "engine"
+    assert manifest["engine"]["fault"] == "stale-drafter" and manifest["engine"]["draft"] == 4
+    assert manifest["models"]["target"]["sha256"] == sha256_file(pair.target)
+    assert manifest["models"]["drafter"]["sha256"] == sha256_file(pair.drafter)
+    assert manifest["versions"]["llama_cpp_python"] == "0.3.36"
+    assert manifest["device"]["ran_on"] == ["CPU"]
+    assert manifest["outcome"]["status"] == "ok"
+    assert manifest["outcome"]["decodes"] == len(gt)
+    assert manifest["outcome"]["failures"] == int((gt.ret != 0).sum())
+    assert manifest["outcome"]["log_levels"]["debug"] > 0  # batch dumps need DEBUG through the callback
+    assert manifest["started"] <= manifest["ended"]
+
+
+# -- log shape ----------------------------------------------------------------------------------------
+
+
+def test_prefix_on_first_line_of_each_entry_only(capture) -> None:
+    result = capture(fault="stale-drafter", draft=4, requests=3, cycles=16)
+    lines = [ln for ln in raw_lines(result) if ln]
+    assert sum(1 for ln in lines if PREFIX.match(ln)) > 0.95 * len(lines)
+    continuation = [ln for ln in lines if ln.startswith(b" - the last position stored")]
+    assert continuation and all(not PREFIX.match(ln) for ln in continuation)
+    assert any(re.match(rb"^\S+ E init: the tokens of sequence 0", ln) for ln in lines)
+    accepted = rb"^\S+ D slot update_slots: id  0 \| task 0 \| accepted \d+/4 draft tokens, new n_tokens = \d+$"
+    assert any(re.match(accepted, ln) for ln in lines)
+    timing = rb"^\S+ I slot print_timing: id  0 \| task \d+ \| draft acceptance = "
+    assert any(re.match(timing, ln) for ln in lines)
+
+
+def test_no_prefix_old_scheme_wording(capture) -> None:
+    result = capture(fault="no-rollback", draft=3, requests=2, cycles=24, log_prefix=False, flavor="fork-v0.2")
+    lines = raw_lines(result)
+    assert not any(PREFIX.match(ln) for ln in lines)
+    assert b"init: input batch info:" in lines
+    assert b"dflash: drafter decode failed with -1" in lines
+    text = b"\n".join(lines)
+    assert re.search(rb"\nslot update_slots: id  0 \| task 1 \| n_tokens = (\d+), memory_seq_rm \[\1, end\)\n", text)
+    assert re.search(rb"\nslot print_timing: id  0 \| task 0 \| \nprompt eval time = ", text)
+    assert re.search(rb"\ndraft acceptance rate = 0\.\d{5} \( +\d+ accepted / +\d+ generated\)\n", text)
+
+
+def test_upstream_wording(capture) -> None:
+    result = capture(fault="stale-drafter", draft=4, requests=2, cycles=8, flavor="upstream")
+    text = (result.session / "raw.log").read_bytes()
+    assert len(re.findall(rb"\n\S+ W draft: llama_decode returned -1\n", text)) == 8
+    assert b"dflash: drafter decode failed" not in text
+    assert re.search(rb"\n\S+ I slot   operator\(\): id  0 \| task 0 \| new prompt, n_ctx_slot = 8192, ", text)
+    assert re.search(rb"draft acceptance = 0\.\d{5} \( +\d+ accepted / +\d+ generated\), mean len = +\d\.\d\d\n", text)
+
+
+def test_kv_debug_can_be_switched_off(capture) -> None:
+    before = os.environ.get("LLAMA_KV_CACHE_DEBUG")
+    off = capture(fault="none", draft=4, requests=2, cycles=8, kv_debug=False)
+    on = capture(fault="none", draft=4, requests=2, cycles=8)
+    assert b"find_slot:" not in (off.session / "raw.log").read_bytes()
+    text = (on.session / "raw.log").read_bytes()
+    # The two caches differ in size, which is how a reader can tell them apart.
+    assert b"size =  8192" in text and b"size =  4096" in text
+    assert os.environ.get("LLAMA_KV_CACHE_DEBUG") == before  # the process environment is restored
+    assert truth(off)[["context", "n_tokens", "pos_min"]].equals(truth(on)[["context", "n_tokens", "pos_min"]])
+
+
+def test_deterministic(capture, cache: Path, tmp_path: Path) -> None:
+    first = capture(fault="no-rollback", draft=3, requests=2, cycles=24)
+    again = run_engine(
+        EngineConfig(cache_dir=cache, fault="no-rollback", draft=3, requests=2, cycles=24), Session(tmp_path)
+    )
+    assert truth(first).equals(truth(again))
+
+
+def test_thousand_cycles(cache: Path, tmp_path: Path) -> None:
+    result = run_engine(EngineConfig(cache_dir=cache, fault="stale-drafter", requests=4, cycles=250), Session(tmp_path))
+    assert len(result.cycles) == 1000
+    assert result.n_failures == len(position_errors(result)) > 500
+    assert len(truth(result)) == result.n_decodes
+
+
+def test_bad_settings_are_one_line_errors(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="at least 2 requests"):
+        run_engine(EngineConfig(cache_dir=cache, fault="stale-drafter", requests=1), Session(tmp_path))
+    with pytest.raises(EngineError, match="unknown fault"):
+        run_engine(EngineConfig(cache_dir=cache, fault="oops"), Session(tmp_path))
+    bogus = tmp_path / "x.gguf"
+    bogus.write_bytes(b"nope")
+    with pytest.raises(EngineError, match="not a GGUF file"):
+        run_engine(EngineConfig(target=bogus, drafter=bogus), Session(tmp_path))
+
+
+def test_real_gguf_paths(cache: Path, tmp_path: Path) -> None:
+    pair = ensure_models(cache, seed=0)
+    result = run_engine(
+        EngineConfig(target=pair.target, drafter=pair.drafter, fault="none", requests=2, cycles=8), Session(tmp_path)
+    )
+    assert result.n_failures == 0 and len(result.cycles) == 16
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["models"]["target"]["path"] == str(pair.target)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+
+
+def test_cli_engine_json_and_exit_codes(cache: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "KVTRACE_CACHE": str(cache)}
+    done = run_kvtrace(
+        "capture", "engine", "--fault", "no-rollback", "--draft", "3", "--out", "s1", "--json",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["failures"] > 0 and summary["fault"] == "no-rollback"
+    assert (tmp_path / "s1" / "raw.log").is_file() and (tmp_path / "s1" / "ground_truth.parquet").is_file()
+    bad = run_kvtrace("capture", "engine", "--target", "nowhere.gguf", "--out", "s2", cwd=tmp_path, env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.decode().count("\n") == 1 and b"Traceback" not in bad.stderr
+    assert not (tmp_path / "s2").exists()
+
+
+def test_demo_prints_the_triage(cache: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "KVTRACE_CACHE": str(cache)}
+    done = run_kvtrace("demo", "--no-dashboard", "--out", "demo", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    assert "inconsistent_positions (drafter)" in out
+    gt = pd.read_parquet(tmp_path / "demo" / "ground_truth.parquet")
+    first = gt[gt.ret != 0].iloc[0]
+    assert f"X = {first.drafter_kv_max}   Y = {first.pos_min}" in out
+
+
+def test_samples_are_current(tmp_path: Path) -> None:
+    """`make samples` regenerates exactly what is committed (ground truth compared, timings aside)."""
+    from capture.samples import DEFAULT_DIR, write_samples
+
+    write_samples(tmp_path)
+    for name in ("healthy", "stale-drafter", "no-rollback"):
+        fresh = pd.read_parquet(tmp_path / name / "ground_truth.parquet")
+        committed = pd.read_parquet(DEFAULT_DIR / name / "ground_truth.parquet")
+        assert fresh.equals(committed), name
+        text = (DEFAULT_DIR / name / "raw.log").read_bytes()
+        assert b"/" not in b"".join(ln for ln in text.split(b"\n") if b"llama_model_loader: loaded meta" in ln)
+    stale = pd.read_parquet(DEFAULT_DIR / "stale-drafter" / "ground_truth.parquet")
+    assert (stale.ret == -1).any() and (
+        pd.read_parquet(DEFAULT_DIR / "healthy" / "ground_truth.parquet").ret == 0
+    ).all()
