@@ -101,9 +101,7 @@ _SECRET_FLAG_WORDS = re.compile(r"token|api[-_]?key|secret|passw", re.IGNORECASE
 _SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
-_LLAMA_NAMES = re.compile(
-    r"^(llama|beellama|ik[-_]llama)[-_.a-z0-9]*$|^(server|llama-server)$", re.IGNORECASE
-)
+_LLAMA_NAMES = re.compile(r"^(llama|beellama|ik[-_]llama)[-_][a-z0-9][-_.a-z0-9]*$", re.IGNORECASE)
 
 
 def is_llama_program(argv0: str) -> bool:
