@@ -22,6 +22,7 @@ from analyze.positions import (
     choose_axis,
     default_tolerance,
     delta,
+    floats,
     stored_positions,
     stretches,
 )
@@ -69,8 +70,8 @@ def _position_traces(
         if len(part):
             x = axis.of(part["line"], part["t"])
             keep = _in_range(x, x_range)
-            x, pmin, pmax = x[keep], part["pos_min"].to_numpy(float)[keep], part["pos_max"].to_numpy(float)[keep]
-            failed = ~part["ok"].to_numpy(bool)[keep]
+            x, pmin, pmax = x[keep], floats(part["pos_min"])[keep], floats(part["pos_max"])[keep]
+            failed = ~part["ok"].to_numpy(dtype=bool, na_value=True)[keep]
             idx = minmax_indices(pmax, max_points // 2, np.flatnonzero(failed))
             if idx.size:
                 xs, ys = _segments(x[idx], pmin[idx], pmax[idx])
@@ -116,8 +117,8 @@ def _error_traces(
     err, x = err[keep], x[keep]
     if not len(err):
         return np.inf, -np.inf
-    X = err["last_pos"].to_numpy(float)
-    Y = err["batch_start"].to_numpy(float)
+    X = floats(err["last_pos"])
+    Y = floats(err["batch_start"])
     line = err["line"].to_numpy(np.int64)
     both = ~np.isnan(X) & ~np.isnan(Y)
     xs, ys = _segments(x[both], X[both], Y[both])

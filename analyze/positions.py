@@ -16,6 +16,13 @@ import pandas as pd
 CONTEXTS = ("target", "drafter")
 
 
+def floats(values: pd.Series | np.ndarray) -> np.ndarray:
+    """A column as float64 with NaN for missing (the tables use nullable Int64 and Arrow strings)."""
+    if isinstance(values, pd.Series):
+        return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.asarray(values, dtype=np.float64)
+
+
 @dataclass(slots=True)
 class XAxis:
     """What the horizontal axis is: the log's own timestamps, capture arrival time, or the line number."""
@@ -33,7 +40,7 @@ class XAxis:
             return line.astype(np.float64)
         if self.kind == "capture_time" and self.line_seconds is not None:
             return self.line_seconds[np.clip(line, 0, self.line_seconds.size - 1)]
-        values = np.full(line.size, np.nan) if t is None else np.asarray(t, dtype=np.float64).copy()
+        values = np.full(line.size, np.nan) if t is None else floats(t).copy()
         missing = np.isnan(values)
         if missing.any() and self.known is not None and self.known[0].size:
             values[missing] = np.interp(line[missing], self.known[0], self.known[1])
@@ -43,7 +50,7 @@ class XAxis:
 def _time_rows(result: object) -> tuple[np.ndarray, np.ndarray]:
     frames = [getattr(result, name) for name in ("batches", "kv", "errors", "events")]
     lines = np.concatenate([f["line"].to_numpy(np.int64) for f in frames if len(f)] or [np.empty(0, np.int64)])
-    ts = np.concatenate([f["t"].to_numpy(np.float64) for f in frames if len(f)] or [np.empty(0)])
+    ts = np.concatenate([floats(f["t"]) for f in frames if len(f)] or [np.empty(0)])
     return lines, ts
 
 
@@ -92,7 +99,7 @@ def stored_positions(result: object, context: str, seq_id: int | None, axis: XAx
         return pd.DataFrame({"line": pd.Series(dtype="int64"), "x": pd.Series(dtype="float64"),
                              "pos": pd.Series(dtype="float64"), "source": pd.Series(dtype="object")})
     out = pd.concat(frames, ignore_index=True).sort_values("line", kind="stable", ignore_index=True)
-    out["pos"] = out["pos"].astype("float64")
+    out["pos"] = floats(out["pos"])
     out["x"] = axis.of(out["line"], out["t"])
     return out[["line", "x", "pos", "source"]]
 
@@ -126,11 +133,12 @@ class Stretch:
     peak: float  # the largest |drafter - target| inside, with its sign
 
 
-def stretches(d: pd.DataFrame, tolerance: float) -> list[Stretch]:
-    """Runs of consecutive rows where |drafter - target| > tolerance.
+def stretches(d: pd.DataFrame, tolerance: float, min_rows: int = 2) -> list[Stretch]:
+    """Runs of at least `min_rows` consecutive rows where |drafter - target| > tolerance.
 
-    A stretch ends where the next in-step row begins (or at the last row), so the shading covers the time
-    the two caches spent apart.
+    One row apart is the normal hand-over between the two caches (a new request reaching one side first);
+    staying apart over several observations is divergence. A stretch ends where the next in-step row
+    begins (or at the last row), so the shading covers the time the two caches spent apart.
     """
     if not len(d):
         return []
@@ -145,6 +153,8 @@ def stretches(d: pd.DataFrame, tolerance: float) -> list[Stretch]:
     dv = d["delta"].to_numpy(np.float64)
     out = []
     for s, e in zip(starts, ends, strict=True):
+        if e - s < min_rows:
+            continue
         stop = min(e, len(d) - 1)
         seg = dv[s:e]
         peak = float(seg[np.argmax(np.abs(seg))])
@@ -153,14 +163,14 @@ def stretches(d: pd.DataFrame, tolerance: float) -> list[Stretch]:
 
 
 def default_tolerance(result: object) -> float:
-    """How far apart the caches may be inside one healthy draft/verify cycle.
+    """How far apart the caches may be inside one healthy draft/verify cycle: one draft block.
 
-    While drafting, the drafter runs ahead of the target by at most one draft batch; after verification
-    they are level again. So a gap wider than the largest drafter batch is divergence, not drafting.
+    While drafting, the drafter runs ahead of the target by at most one draft batch (its most common
+    batch size, the draft block); after verification they are level again.
     """
     b = result.batches  # type: ignore[attr-defined]
     sizes = pd.to_numeric(b.loc[b["context"] == "drafter", "n_tokens"], errors="coerce").dropna()
-    return float(sizes.max()) if len(sizes) else 0.0
+    return float(sizes.mode().max()) if len(sizes) else 1.0
 
 
 @dataclass(slots=True)

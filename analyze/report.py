@@ -16,7 +16,7 @@ from typing import Any
 from analyze.overview import Overview, overview
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
 
 # Plain words per verdict kind: what it means and what to try next. The signature catalogue
 # (kvtrace report) may refine these; the dashboard and this report read them from here.

@@ -1,0 +1,463 @@
+"""kvtrace dashboard: target and drafter KV positions over time, where they diverge, and a triage to take away.
+
+Run `kvtrace dashboard [SESSION|LOG]` (or `streamlit run app.py`). Logs come from strangers: log text is
+only ever shown as plain text (st.code, st.dataframe, st.json), never as Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import analyze
+from analyze.cli_dashboard import OPEN_ENV
+from analyze.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.overview import overview
+from analyze.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
+from analyze.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.report import advice, escape, markdown_report
+from capture.session import DEFAULT_ROOT, list_sessions
+
+HERE = Path(__file__).resolve().parent
+SAMPLES = HERE / "samples"
+UPLOAD_TYPES = ["log", "txt", "gz", "md"]
+TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
+RAW_CONTEXT = 20  # lines either side of the chosen one
+
+
+@dataclass(slots=True)
+class Source:
+    """Something opened in the page: an upload, a paste, a session folder or a path on this machine."""
+
+    name: str
+    digest: str
+    data: bytes | None = None  # uploads and pastes
+    path: str | None = None  # files and session folders on this machine
+
+
+@dataclass(slots=True)
+class Opened:
+    source: Source
+    result: Any | None  # analyze.ParseResult
+    error: str | None
+
+
+# ---- reading, cached by content hash -------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so a rerun does not read it again."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str | None]:
+    # Keyed on the digest alone: the same bytes under another name are not parsed again.
+    try:
+        return analyze.parse(_data, name=_name), None
+    except analyze.InputError as exc:
+        return None, str(exc)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _parse_path(digest: str, _path: str) -> tuple[Any | None, str | None]:
+    try:
+        return analyze.parse(_path), None
+    except analyze.InputError as exc:
+        return None, str(exc)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _raw_text(digest: str, _source: str | bytes) -> RawText:
+    return RawText.open(_source)
+
+
+def open_source(src: Source) -> Opened:
+    with st.spinner(f"Reading {src.name} ..."):
+        if src.data is not None:
+            result, error = _parse_bytes(src.digest, src.data, src.name)
+        else:
+            result, error = _parse_path(src.digest, src.path or "")
+    return Opened(src, result, error)
+
+
+def path_source(path: str | Path, name: str | None = None) -> Source | str:
+    """A Source for a log or session folder on this machine, or a one-line reason it cannot be opened."""
+    p = Path(path).expanduser()
+    log = p / "raw.log" if p.is_dir() else p
+    if not log.is_file():
+        return f"{p}: no such log file or session folder (a session folder holds raw.log)"
+    try:
+        stat = log.stat()
+        digest = _file_digest(str(log), stat.st_size, stat.st_mtime_ns)
+    except OSError as exc:
+        return f"{p}: cannot read ({exc.strerror or exc})"
+    return Source(name or p.name, digest, path=str(p))
+
+
+def raw_text(src: Source) -> RawText | None:
+    try:
+        return _raw_text(src.digest, src.data if src.data is not None else (src.path or ""))
+    except (OSError, ValueError, analyze.InputError):
+        return None
+
+
+def capture_axis(src: Source, result: Any) -> XAxis:
+    """The log's own timestamps, else (for a captured session) when each line arrived, else line numbers."""
+    chunks = Path(src.path) / "chunks.parquet" if src.path and Path(src.path).is_dir() else None
+    seconds = None
+    if chunks is not None and chunks.is_file():
+        raw = raw_text(src)
+        try:
+            seconds = capture_seconds(raw, pd.read_parquet(chunks)) if raw is not None else None
+        except (OSError, ValueError, KeyError):
+            seconds = None
+    return choose_axis(result, seconds)
+
+
+# ---- the sidebar: what to open -------------------------------------------------------------------
+
+
+def gather_sources() -> tuple[list[Source], list[str]]:
+    sources: list[Source] = []
+    problems: list[str] = []
+    st.sidebar.header("Open a log")
+    opened_path = os.environ.get(OPEN_ENV, "").strip()
+    if opened_path:
+        got = path_source(opened_path)
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            sources.append(got)
+            st.sidebar.caption("Opened from the command line:")
+            st.sidebar.code(got.path or "", language=None)
+    limit = int(st.get_option("server.maxUploadSize"))
+    uploads = st.sidebar.file_uploader(
+        "Upload logs (.log, .txt, .gz, or a bug report as .md)", type=UPLOAD_TYPES, accept_multiple_files=True,
+        help=f"Up to {limit} MB per file. Bigger logs: run kvtrace dashboard PATH on the machine that has them.",
+    )  # fmt: skip
+    st.sidebar.caption(
+        f"Up to {limit} MB per upload. For a bigger log run `kvtrace dashboard PATH`: "
+        "the file is read where it is and never uploaded."
+    )
+    for up in uploads or []:
+        data = up.getvalue()
+        if len(data) > limit * 1024 * 1024:
+            problems.append(f"{up.name} is over the {limit} MB upload limit: run kvtrace dashboard {up.name} instead")
+            continue
+        sources.append(Source(up.name, _sha256(data), data=data))
+    pasted = st.sidebar.text_area("...or paste a bug report's text", height=120, key="paste")
+    if pasted.strip():
+        data = pasted.encode("utf-8", "replace")
+        sources.append(Source("pasted text", _sha256(data), data=data))
+    choices = {"(none)": None}
+    for sess in list_sessions(DEFAULT_ROOT):
+        choices[f"session: {sess.path.name}"] = sess.path
+    if SAMPLES.is_dir():
+        for sample in sorted(p for p in SAMPLES.iterdir() if (p / "raw.log").is_file()):
+            choices[f"sample: {sample.name}"] = sample
+    picked = st.sidebar.selectbox("...or a captured session or bundled sample", list(choices), key="session")
+    if choices.get(picked) is not None:
+        got = path_source(choices[picked], name=picked)
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            sources.append(got)
+    # The same bytes opened twice (say a sample also uploaded) are one source.
+    unique: dict[str, Source] = {}
+    for s in sources:
+        unique.setdefault(s.digest, s)
+    return list(unique.values()), problems
+
+
+# ---- the page ------------------------------------------------------------------------------------
+
+
+def show_verdict(op: Opened, axis: XAxis) -> None:
+    result = op.result
+    v = result.verdict
+    ov = overview(result)
+    if v.kind == "no_log":
+        st.warning(escape(
+            f"{op.source.name}: no llama.cpp log lines found in {result.lines} lines of text. "
+            "Upload the server's own output (stderr), a bug report that quotes it, or a captured session."
+        ))  # fmt: skip
+        return
+    st.subheader(f"Verdict: {v.kind.replace('_', ' ')}")
+    cols = st.columns(6)
+    cols[0].metric("Failing side", v.component if v.kind not in ("draft_stats_only",) else "none")
+    d = ov.first_divergence
+    if d is not None:
+        how = f"gap {int(d.delta)}" if d.source == "error" else f"drafter {d.delta:+g}"
+        cols[1].metric("First divergence", f"line {d.line}", how, delta_color="off")
+    else:
+        cols[1].metric("First divergence", "none")
+    cols[2].metric("Position errors", v.n_position_errors)
+    cols[3].metric("Batches (target/drafter)", ov.n_batches, f"{ov.n_target} / {ov.n_drafter}", delta_color="off")
+    cols[4].metric("Errors / resets", f"{ov.n_errors} / {ov.n_resets}")
+    cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off")
+    if v.last_pos is not None and v.batch_start is not None:
+        st.markdown(
+            f"**First position error:** the KV cache held up to **X = {int(v.last_pos)}**, the batch started "
+            f"at **Y = {int(v.batch_start)}** (sequence {v.seq_id}; gap {int(v.batch_start) - int(v.last_pos) - 1})."
+        )
+    if v.summary:
+        st.markdown(escape(v.summary))
+    st.markdown(advice(v.kind, v.component))
+    if result.warnings:
+        st.caption("Reader warnings:")
+        st.code("\n".join(result.warnings), language=None)
+
+
+def _rate(acc: dict[str, Any]) -> str:
+    return f"{acc['rate']:.1%}" if acc and acc.get("rate") is not None else "n/a"
+
+
+def _acc_detail(acc: dict[str, Any]) -> str | None:
+    return f"{acc.get('accepted')} of {acc.get('generated')} drafted" if acc else None
+
+
+def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
+    result = op.result
+    seqs = sequences(result)
+    c1, c2, c3 = st.columns([1, 1, 3])
+    seq_id: int | None = None
+    if seqs:
+        default = result.verdict.seq_id if result.verdict.seq_id in seqs else seqs[0]
+        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default), key=f"seq-{key}")
+    tol = c2.number_input(
+        "Apart when more than", min_value=0.0, value=float(default_tolerance(result)), step=1.0, key=f"tol-{key}",
+        help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block).",
+    )  # fmt: skip
+    lo, hi = _x_extent(result, axis)
+    if lo is None or hi is None or hi <= lo:
+        return seq_id, None, tol
+    slider_key = f"range-{key}-{seq_id}"
+    div = first_divergence(result, seq_id, axis, tol)
+    if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
+        width = max((hi - lo) * 0.08, 1.0 if axis.kind == "line" else 1e-6)
+        a, b = max(lo, div.x - width), min(hi, div.x + width)
+        st.session_state[slider_key] = (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
+    if axis.kind == "line":
+        lo, hi, step = int(lo), int(hi), 1
+    else:
+        step = max((hi - lo) / 1000, 1e-6)
+    if slider_key not in st.session_state:
+        st.session_state[slider_key] = (lo, hi)
+    rng = c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key)
+    return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
+
+
+def _x_extent(result: Any, axis: XAxis) -> tuple[float | None, float | None]:
+    xs = []
+    for name in ("batches", "kv", "errors", "events"):
+        frame = getattr(result, name)
+        if len(frame):
+            xs.append(axis.of(frame["line"], frame["t"]))
+    if not xs:
+        return None, None
+    allx = np.concatenate(xs)
+    allx = allx[np.isfinite(allx)]
+    if not allx.size:
+        return None, None
+    return float(np.floor(allx.min())) if axis.kind == "line" else float(allx.min()), float(
+        np.ceil(allx.max()) if axis.kind == "line" else allx.max()
+    )
+
+
+def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
+    result = op.result
+    seq_id, x_range, tol = chart_controls(op, axis, key)
+    fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
+    st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
+    left, right = st.columns(2)
+    with left:
+        st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft block)")
+        if len(result.kv) or len(result.batches):
+            st.plotly_chart(delta_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol),
+                            key=f"delta-{key}", config={"displaylogo": False})
+        else:
+            st.info("No batch or find_slot lines in this log, so no positions over time: only the errors above.")
+    with right:
+        acc = acceptance_figure(result)
+        if acc is not None:
+            st.caption("Draft acceptance")
+            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+        else:
+            st.info("No per-cycle acceptance lines in this log.")
+    return seq_id
+
+
+_FILTERS = {
+    "errors": ("kind", "component"),
+    "batches": ("context", "ok"),
+    "events": ("kind", "context"),
+    "kv": ("context", "cache_size"),
+}
+_TITLES = {"errors": "Errors", "batches": "Batches", "events": "Events", "kv": "KV cache (find_slot)"}
+
+
+def show_tables(op: Opened, key: str) -> int | None:
+    """Filterable tables; returns the log line of the row the user picked."""
+    result = op.result
+    picked: int | None = None
+    tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS])
+    for tab, name in zip(tabs, _FILTERS, strict=True):
+        with tab:
+            frame = getattr(result, name)
+            if not len(frame):
+                st.caption("None in this log.")
+                continue
+            cols = st.columns(len(_FILTERS[name]) + 1)
+            mask = pd.Series(True, index=frame.index)
+            for col, field in zip(cols, _FILTERS[name], strict=False):
+                values = sorted({str(v) for v in frame[field].dropna().unique()})
+                chosen = col.multiselect(field, values, key=f"f-{key}-{name}-{field}")
+                if chosen:
+                    mask &= frame[field].astype(str).isin(chosen)
+            if "seq_id" in frame:
+                seqs = sorted({str(v) for v in frame["seq_id"].dropna().unique()})
+                chosen = cols[-1].multiselect("seq_id", seqs, key=f"f-{key}-{name}-seq")
+                if chosen:
+                    mask &= frame["seq_id"].astype(str).isin(chosen)
+            shown = frame[mask]
+            if len(shown) > TABLE_ROWS_SHOWN:
+                st.caption(f"Showing the first {TABLE_ROWS_SHOWN:,} of {len(shown):,} rows; filter, or download all.")
+                shown = shown.head(TABLE_ROWS_SHOWN)
+            display = shown.drop(columns=[c for c in ("lines",) if c in shown])
+            event = st.dataframe(display, key=f"t-{key}-{name}", on_select="rerun", selection_mode="single-row",
+                                 hide_index=True, width="stretch")
+            rows = event.selection.rows if event is not None else []
+            if rows:
+                picked = int(display.iloc[rows[0]]["line"])
+    return picked
+
+
+def show_raw(op: Opened, key: str, picked: int | None) -> None:
+    raw = raw_text(op.source)
+    if raw is None:
+        st.caption("The raw log is not available.")
+        return
+    n = max(1, raw.n_lines)
+    state_key, applied_key = f"line-{key}", f"line-applied-{key}"
+    if state_key not in st.session_state:
+        evidence = op.result.verdict.evidence
+        st.session_state[state_key] = min(int(evidence[0]["line"]) if evidence else 1, n)
+    # A newly picked table row moves the view; after that the number box is the user's again.
+    if picked is not None and st.session_state.get(applied_key) != picked:
+        st.session_state[state_key] = min(picked, n)
+        st.session_state[applied_key] = picked
+    line = st.number_input("Show the log around line", min_value=1, max_value=n, step=1, key=state_key)
+    st.code(format_excerpt(raw.around(int(line), RAW_CONTEXT, RAW_CONTEXT), mark=int(line)), language=None)
+
+
+def show_downloads(op: Opened, key: str) -> None:
+    result = op.result
+    stem = Path(op.source.name).name.split(".")[0] or "log"
+    report = markdown_report(result, name=op.source.name)
+    c1, c2, c3 = st.columns(3)
+    c1.download_button("Tables (Parquet, zip)", data=lambda: _zip_tables(result, "parquet"),
+                       file_name=f"{stem}-tables-parquet.zip", mime="application/zip", key=f"dl-pq-{key}",
+                       on_click="ignore")
+    c2.download_button("Tables (CSV, zip)", data=lambda: _zip_tables(result, "csv"),
+                       file_name=f"{stem}-tables-csv.zip", mime="application/zip", key=f"dl-csv-{key}",
+                       on_click="ignore")
+    c3.download_button("Triage report (Markdown)", data=report, file_name=f"{stem}-triage.md",
+                       mime="text/markdown", key=f"dl-md-{key}", on_click="ignore")
+    with st.expander("Triage report, ready to paste into a GitHub issue"):
+        st.code(report, language="markdown")
+
+
+def _zip_tables(result: Any, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, frame in result.tables().items():
+            out = io.BytesIO()
+            if fmt == "parquet":
+                frame.to_parquet(out, index=False)
+            else:
+                frame.to_csv(out, index=False)
+            zf.writestr(f"{name}.{fmt}", out.getvalue())
+        zf.writestr("verdict.json", json.dumps(result.verdict.to_dict(), indent=2, default=str))
+    return buf.getvalue()
+
+
+def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
+    st.subheader("Compare")
+    fig = compare_figure(a.result, b.result, names=(a.source.name, b.source.name), seq_id=seq_id)
+    st.plotly_chart(fig, key="compare", config={"displaylogo": False})
+    rows = []
+    for op in (a, b):
+        v = op.result.verdict
+        rows.append({"source": op.source.name, "verdict": v.kind, "failing side": v.component,
+                     "position errors": v.n_position_errors, "errors": v.n_errors, "batches": v.n_batches,
+                     "resets": v.n_resets, "acceptance": _rate(v.acceptance)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvtrace", layout="wide")
+    st.title("kvtrace: target and drafter KV positions")
+    sources, problems = gather_sources()
+    for p in problems:
+        st.error(escape(p))
+    if not sources:
+        st.info(
+            "Open a llama.cpp log on the left: upload it, paste a bug report's text, or pick a captured session "
+            "or a bundled sample. Big local logs: `kvtrace dashboard PATH`."
+        )
+        return
+    names = [s.name for s in sources]
+    pick = st.sidebar.selectbox("Show", range(len(sources)), format_func=lambda i: names[i], key="show")
+    other = [i for i in range(len(sources)) if i != pick]
+    cmp_pick = st.sidebar.selectbox("Compare with", [None, *other], key="compare-with",
+                                    format_func=lambda i: "(nothing)" if i is None else names[i])
+    op = open_source(sources[pick])
+    st.caption(f"Source: {escape(op.source.name)}")
+    if op.error is not None:
+        st.error(escape(f"{op.source.name}: {op.error}"))
+        return
+    axis = capture_axis(op.source, op.result)
+    key = op.source.digest[:12]
+    show_verdict(op, axis)
+    if op.result.verdict.kind == "no_log":
+        return
+    seq_id = show_charts(op, axis, key)
+    if cmp_pick is not None:
+        other_op = open_source(sources[cmp_pick])
+        if other_op.error is not None:
+            st.error(escape(f"{other_op.source.name}: {other_op.error}"))
+        elif other_op.result.verdict.kind == "no_log":
+            st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
+        else:
+            show_compare(op, other_op, seq_id)
+    st.subheader("Tables")
+    picked = show_tables(op, key)
+    st.subheader("Raw log")
+    show_raw(op, key, picked)
+    st.subheader("Take it away")
+    show_downloads(op, key)
+    with st.expander("Environment (from the log)"):
+        st.json(op.result.meta, expanded=False)
+
+
+main()
