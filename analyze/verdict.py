@@ -92,6 +92,15 @@ def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any
     return out
 
 
+def stale_drafter(pos: pd.DataFrame) -> bool:
+    """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report)."""
+    d = pos[(pos.component == "drafter") & pos.last_pos.notna() & pos.batch_start.notna()]
+    if len(d) < 2 or d.last_pos.nunique() != 1:
+        return False
+    y = d.batch_start.astype("int64").to_numpy()
+    return bool((y[1:] > y[:-1]).any())
+
+
 def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     comp = first["component"]
     x, y = _opt(first["last_pos"]), _opt(first["batch_start"])
@@ -107,7 +116,7 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     ctx = f"the {side}'s KV cache" if side else "the KV cache"
     text = (f"llama.cpp refused {'a ' + side + ' batch' if side else 'a batch'} for sequence {_opt(first['seq_id'])}: "
             f"{ctx} held positions up to X = {x} but the batch started at {where} ({rule}).")
-    if side == "drafter" and len(xs) > 1 and xs.nunique() == 1 and ys.nunique() > 1 and ys.is_monotonic_increasing:
+    if side == "drafter" and stale_drafter(pos):
         text = (f"The drafter's KV cache is stale: it stayed at X = {x} while {n} draft batches arrived at the "
                 f"target's position, Y = {int(ys.min())} to {int(ys.max())} ({rule}).")
     elif y is not None and x >= y:

@@ -1,0 +1,102 @@
+"""The reader against real llama.cpp: engine captures, checked against the engine's ground truth
+(one row per llama_decode call, taken from the API rather than the log)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analyze
+from capture.engine import EngineConfig, run_engine
+from capture.session import new_session
+
+CASES = [
+    ("none", 2, True),
+    ("none", 6, True),
+    ("stale-drafter", 2, True),
+    ("stale-drafter", 6, True),
+    ("no-rollback", 3, True),
+    ("no-rollback", 8, True),
+    ("stale-drafter", 4, False),  # no find_slot lines: attribution from the log's other clues only
+    ("none", 4, False),
+]
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, bool], Path]:
+    out = {}
+    for fault, draft, kv in CASES:
+        session = new_session("engine", out=tmp_path_factory.mktemp(f"{fault}-{draft}-{int(kv)}"))
+        run_engine(EngineConfig(fault=fault, draft=draft, requests=3, cycles=24, kv_debug=kv, seed=draft),
+                   session)
+        out[(fault, draft, kv)] = session.path
+    return out
+
+
+def _joined(path: Path) -> tuple[analyze.ParseResult, pd.DataFrame, pd.DataFrame]:
+    r = analyze.parse(path)
+    gt = pd.read_parquet(path / "ground_truth.parquet")
+    return r, gt, gt.merge(r.batches, on="line", how="left", suffixes=("_gt", ""))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{f}-k{d}-{'kv' if kv else 'nokv'}" for f, d, kv in CASES])
+def test_every_batch_recovered_with_its_positions(captures: dict, case: tuple) -> None:
+    r, gt, m = _joined(captures[case])
+    assert len(r.batches) == len(gt), "one batch row per llama_decode call"
+    assert m.batch.notna().all(), "every decode's dump found at the line where its output began"
+    assert (m.n_tokens == m.n_tokens_gt).all()
+    assert (m.pos_min == m.pos_min_gt).all() and (m.pos_max == m.pos_max_gt).all()
+    assert (m.seq_id == m.seq_id_gt).all()
+    assert (m.ok == (m.ret == 0)).all(), "ok is false exactly for the decodes that failed"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2]], ids=lambda c: f"{c[0]}-k{c[1]}")
+def test_context_attribution_with_kv_cache_debug(captures: dict, case: tuple) -> None:
+    _, _, m = _joined(captures[case])
+    accuracy = (m.context.astype(str) == m.context_gt).mean()
+    assert accuracy >= 0.99
+    assert (m.context_confidence >= 0.9).all()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c[2]], ids=lambda c: f"{c[0]}-k{c[1]}")
+def test_without_kv_cache_debug_no_guess_is_shown_as_fact(captures: dict, case: tuple) -> None:
+    r, _, m = _joined(captures[case])
+    assert not r.meta["kv_cache_debug"]
+    known = m[m.context.astype(str) != "unknown"]
+    # whatever is attributed without find_slot must be right; the rest is honestly unknown
+    assert (known.context.astype(str) == known.context_gt).all()
+    assert (m.context.astype(str).eq("unknown") == m.context_confidence.eq(0)).all()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "none"], ids=lambda c: f"{c[0]}-k{c[1]}-{c[2]}")
+def test_exact_x_and_y_of_every_injected_failure(captures: dict, case: tuple) -> None:
+    r, gt, _ = _joined(captures[case])
+    failed = gt[gt.ret != 0].reset_index(drop=True)
+    errors = r.errors[r.errors.kind == "inconsistent_positions"].reset_index(drop=True)
+    assert len(failed) > 0 and len(errors) == len(failed)
+    stored = [row.drafter_kv_max if row.context == "drafter" else row.target_kv_max for row in failed.itertuples()]
+    assert list(errors.batch_start) == list(failed.pos_min), "Y is where the refused batch started"
+    assert list(errors.last_pos) == stored, "X is what that context's cache held"
+    assert list(errors.component) == list(failed.context)
+    assert (errors.line > failed.line).all(), "each error is printed after its batch's dump"
+    v = r.verdict
+    assert v.kind == "inconsistent_positions" and v.component == "drafter"
+    assert (v.last_pos, v.batch_start) == (stored[0], int(failed.pos_min[0]))
+    assert v.n_position_errors == len(failed)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] == "none"], ids=lambda c: f"k{c[1]}-{c[2]}")
+def test_healthy_capture_is_not_flagged(captures: dict, case: tuple) -> None:
+    r, gt, _ = _joined(captures[case])
+    assert (gt.ret == 0).all()
+    assert r.errors.empty and r.verdict.kind == "draft_stats_only"
+    assert r.verdict.acceptance["generated"] > 0
+
+
+def test_stale_drafter_signature(captures: dict) -> None:
+    r = analyze.parse(captures[("stale-drafter", 6, True)])
+    xs = r.errors.last_pos.dropna()
+    assert xs.nunique() == 1, "the drafter's stored max stays put"
+    assert "stale" in r.verdict.summary
