@@ -192,10 +192,17 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
         err=True,
     )
     click.echo("3/3 triage:", err=True)
-    import analyze
-    from analyze.cli import format_verdict
-
-    parsed = analyze.parse(result.session / "raw.log")
+    try:
+        import analyze
+        from analyze.cli import format_verdict
+    except ImportError:  # the reader is not installed: the capture is still there to read later
+        click.echo(f"    the log reader is not available; read the session later: kvtrace triage {result.session}")
+        return
+    try:
+        parsed = analyze.parse(result.session / "raw.log")
+    except analyze.InputError as exc:
+        click.echo(f"kvtrace: {exc}", err=True)
+        raise SystemExit(1) from None
     verdict = parsed.verdict
     verdict.source = str(result.session)
     click.echo(format_verdict(verdict))
