@@ -491,8 +491,8 @@ class _Engine:
             for j in range(a):
                 self.stats.acc_per_pos[j] += 1
             T.seq_rm(n_past + a + 1)
-            if rollback:
-                self._commit(n_past, drafts, a)
+            if self.drafter_in_sync:
+                self._commit(n_past, drafts, a, rollback)
             self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
 
         slot.tokens += drafts[:a] + [new_token]
@@ -519,16 +519,23 @@ class _Engine:
             drafts.append(token)
         return drafts, 0
 
-    def _commit(self, n_past: int, drafts: list[int], a: int) -> None:
-        """Roll the drafter back to the accepted prefix and commit what it lacks: it ends at the target's max."""
+    def _commit(self, n_past: int, drafts: list[int], a: int, rollback: bool) -> None:
+        """Roll the drafter back to the accepted prefix and commit what it lacks: it ends at the target's max.
+
+        Without rollback (the no-rollback fault) the rejected positions stay: the block's masks count as
+        committed, and the chain only gets the one position it never decoded.
+        """
         D = self.drafter
         if self.cfg.drafting == "block":
+            if not rollback:
+                return
             # The block held masks after id_last: drop them, then feed the accepted tokens.
             D.seq_rm(n_past + 1)
             todo, pos = drafts[:a], n_past + 1
         else:
             # The chain holds id_last, d1..d(k-1): keep the accepted ones; dk was never decoded.
-            D.seq_rm(n_past + a + 1)
+            if rollback:
+                D.seq_rm(n_past + a + 1)
             todo, pos = (drafts[-1:], n_past + a) if a == len(drafts) else ([], 0)
         if todo:
             ret = self.decode(D, todo, pos, all_logits=False)

@@ -110,9 +110,9 @@ def test_requests_reset_reuse_and_clear(capture) -> None:
 # -- faults -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("draft", [2, 4, 16])
-def test_stale_drafter_x_stuck_y_climbing(capture, draft: int) -> None:
-    result = capture(fault="stale-drafter", draft=draft, requests=3, cycles=16)
+@pytest.mark.parametrize(("draft", "drafting"), [(2, "block"), (4, "block"), (16, "block"), (4, "chain")])
+def test_stale_drafter_x_stuck_y_climbing(capture, draft: int, drafting: str) -> None:
+    result = capture(fault="stale-drafter", draft=draft, drafting=drafting, requests=3, cycles=16)
     gt = truth(result)
     failed = gt[gt.ret != 0]
     errors = position_errors(result)
@@ -138,9 +138,9 @@ def test_stale_drafter_x_stuck_y_climbing(capture, draft: int) -> None:
         assert re.fullmatch(rb"\S+ E dflash: drafter decode failed with -1", lines[i + 3])
 
 
-@pytest.mark.parametrize("draft", [3, 8])
-def test_no_rollback_leaves_rejected_positions(capture, draft: int) -> None:
-    result = capture(fault="no-rollback", draft=draft, requests=2, cycles=24)
+@pytest.mark.parametrize(("draft", "drafting"), [(3, "block"), (8, "block"), (4, "chain")])
+def test_no_rollback_leaves_rejected_positions(capture, draft: int, drafting: str) -> None:
+    result = capture(fault="no-rollback", draft=draft, drafting=drafting, requests=2, cycles=24)
     gt = truth(result)
     failed = gt[gt.ret != 0]
     errors = position_errors(result)
