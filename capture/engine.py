@@ -391,8 +391,8 @@ class _Engine:
             while n_past < min(len(cached), len(prompt)) and cached[n_past] == prompt[n_past]:
                 n_past += 1
         n_past = min(n_past, len(prompt) - 1)  # the server evaluates at least one prompt token
-        stale_now = cfg.fault == "stale-drafter" and index >= 1
-        if stale_now:
+        if cfg.fault == "stale-drafter" and index >= 1:
+            # The fault: from this reset on, the target is rewound/cleared and fed, the drafter left alone.
             self.drafter_in_sync = False
 
         self.lines.new_prompt(task, T.n_ctx, 0, len(prompt))
@@ -428,11 +428,9 @@ class _Engine:
         drafted = accepted = verify_steps = 0
 
         t1 = time.perf_counter()
-        truncated = False
         for c in range(cfg.cycles):
             if slot.n_past + cfg.draft + 2 > self.limit:
-                truncated = True
-                break
+                break  # the slot's context is full: the request ends here, like hitting n_predict
             a, n_draft, ok = self._cycle(index, task, c, slot)
             on_cycle()
             if not ok:
@@ -449,7 +447,7 @@ class _Engine:
             len(prompt) - n_past, t_prompt_ms, n_decoded, t_gen_ms, int(perf.n_reused), drafted, accepted, verify_steps
         )
         self.lines.print_timings(task, timings, self.stats)
-        self.lines.release(task, slot.n_past, truncated)
+        self.lines.release(task, slot.n_past, truncated=False)  # the prompt was never cut
         self.w.flush()
 
     def _cycle(self, index: int, task: int, c: int, slot: _Slot) -> tuple[int, int, bool]:
