@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from analyze.records import CONTEXT_NAMES
+
 
 @dataclass(slots=True)
 class SizeMap:
@@ -60,3 +64,58 @@ def map_sizes(sigs: dict[frozenset[int], int], meta: dict[str, Any], speculative
             if size not in out.contexts:
                 out.contexts[size], out.confidence[size] = ctx, conf
     return out
+
+
+def attribute_batches(
+    sig: np.ndarray, hint: np.ndarray, buf: np.ndarray, buf_request: list[int],
+    sig_context: dict[int, tuple[str, float]], speculative: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Context and confidence for every batch row.
+
+    1. find_slot's cache size, where the batch reached find_slot;
+    2. the caller's batch buffer: each caller reuses its own llama_batch, so batches that share the input
+       batch's `pos` pointer share a context; a buffer takes the context its sized batches agree on;
+    3. without find_slot at all, a buffer is named by the caller and slot lines around its batches (a failing
+       draft's `dflash: drafter decode failed`, a slot's new prompt), and, within one request, the one other
+       buffer of a speculative run by elimination.
+    """
+    n = len(sig)
+    context = np.full(n, "unknown", dtype=object)
+    confidence = np.zeros(n)
+    for idx, (ctx, conf) in sig_context.items():
+        sel = sig == idx
+        context[sel] = ctx
+        confidence[sel] = conf
+    named: dict[int, tuple[str, float]] = {}
+    for b in np.unique(buf[buf >= 0]):
+        rows = (buf == b) & (confidence > 0)
+        if rows.any():
+            values, counts = np.unique(context[rows], return_counts=True)
+            share = counts.max() / counts.sum()
+            if share >= 0.95:
+                named[int(b)] = (str(values[counts.argmax()]), float(confidence[rows].min()) * 0.95 * share)
+    if not sig_context:
+        for b in np.unique(buf[buf >= 0]):
+            hints = hint[(buf == b) & (hint > 0)]
+            if len(hints) and (hints == hints[0]).all():
+                named[int(b)] = (CONTEXT_NAMES[int(hints[0])], 0.8)
+        by_request: dict[int, list[int]] = {}
+        for b in np.unique(buf[buf >= 0]):
+            by_request.setdefault(buf_request[int(b)], []).append(int(b))
+        for buffers in by_request.values():
+            unnamed = [b for b in buffers if b not in named]
+            sides = {named[b][0] for b in buffers if b in named}
+            if speculative and len(unnamed) == 1 and len(sides) == 1:
+                # two contexts in this request and one side named: the other buffer is the other side
+                named[unnamed[0]] = ("drafter" if sides == {"target"} else "target", 0.7)
+    todo = confidence == 0
+    for b, (ctx, conf) in named.items():
+        sel = todo & (buf == b)
+        context[sel] = ctx
+        confidence[sel] = conf
+    # what is still unknown: a caller line named the side of this very batch
+    left = (confidence == 0) & (hint > 0)
+    if left.any():
+        context[left] = [CONTEXT_NAMES[int(h)] for h in hint[left]]
+        confidence[left] = 0.9
+    return context, confidence

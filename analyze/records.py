@@ -71,7 +71,8 @@ class BatchColumns:
     embd: array = field(default_factory=lambda: array("b"))
     ok: array = field(default_factory=lambda: array("b"))
     sig: array = field(default_factory=lambda: array("q"))  # which find_slot cache sizes followed it
-    hint: array = field(default_factory=lambda: array("b"))  # context named by a failure's caller line
+    hint: array = field(default_factory=lambda: array("b"))  # context named by a caller or slot line
+    buf: array = field(default_factory=lambda: array("q"))  # the caller's batch buffer (its `pos` pointer)
 
     def __len__(self) -> int:
         return len(self.line)

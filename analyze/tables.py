@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.context import SizeMap, map_sizes
-from analyze.records import CONTEXT_NAMES, NA
+from analyze.context import SizeMap, attribute_batches, map_sizes
+from analyze.records import NA
 from analyze.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
@@ -70,20 +70,9 @@ def build_batches(w: Walker, sizes: SizeMap) -> pd.DataFrame:
     b = w.batches
     sig = np.frombuffer(b.sig, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
     hint = np.frombuffer(b.hint, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
-    by_sig: dict[int, tuple[str, float]] = {}
-    for group, idx in w._sigs.items():  # noqa: SLF001 - the walker's record of cache-size groups
-        by_sig[idx] = sizes.lookup(max(group))
-    context = np.full(len(b), "unknown", dtype=object)
-    confidence = np.zeros(len(b))
-    for idx, (ctx, conf) in by_sig.items():
-        sel = sig == idx
-        context[sel] = ctx
-        confidence[sel] = conf
-    # a batch that failed before find_slot: its caller line named the side
-    named = (sig < 0) & (hint > 0)
-    if named.any():
-        context[named] = [CONTEXT_NAMES[int(h)] for h in hint[named]]
-        confidence[named] = 0.9
+    buf = np.frombuffer(b.buf, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
+    by_sig = {idx: sizes.lookup(max(group)) for group, idx in w._sigs.items()}  # noqa: SLF001
+    context, confidence = attribute_batches(sig, hint, buf, w.buffer_request, by_sig, is_speculative(w))
     embd = np.frombuffer(b.embd, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
     return pd.DataFrame({
         "batch": _ints(b.batch, nullable=False),

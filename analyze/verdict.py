@@ -107,7 +107,6 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     n = len(pos)
     side = {"drafter": "drafter", "target": "target"}.get(comp, "")
     rule = RULES.get(str(first["variant"]), "")
-    xs = pos.last_pos.dropna()
     ys = pos.batch_start.dropna()
     if x is None:
         return (f"llama.cpp refused {n} batch{'es' if n != 1 else ''} with inconsistent sequence positions, "

@@ -62,6 +62,9 @@ class Walker:
         self._cur_sizes: set[int] = set()
         self._cur_found_slot = False
         self._sigs: dict[frozenset[int], int] = {}
+        self.buffers: dict[str, int] = {}  # batch-buffer pointer -> id: each caller reuses its own buffer
+        self._requests = 0  # new-prompt lines seen
+        self.buffer_request: list[int] = []  # the request each buffer id was first seen in
         self._kv_size = NA
         self._failure: Failure | None = None
         self._hint: tuple[int, str, int, str] | None = None  # (line, component, pattern) of the last hint
@@ -79,7 +82,7 @@ class Walker:
                 if in_input:
                     if ": id = " in line or "[embd]" in line:  # a token row: only its end matters
                         fragment = "output = " not in line
-                    elif "n_tokens" in line or "n_outputs" in line or "embd" in line:
+                    elif "n_tokens" in line or "n_outputs" in line or "embd" in line or ":   pos " in line:
                         # fields are read by name (builds add fields); only these three feed the tables
                         m = _FIELD.search(line)
                         if m is not None:
@@ -187,6 +190,16 @@ class Walker:
         n_outputs = int(f["n_outputs"]) if f.get("n_outputs", "").lstrip("-").isdigit() else NA
         embd = -1 if "embd" not in f else int(f["embd"] not in _NIL and f["embd"].strip("0x") != "")
         seqs = self._seqs or [(NA, NA, NA)]
+        ptr = f.get("pos", "")
+        # keyed per request too: a freed batch's address can come back as the other context's buffer
+        key = f"{ptr}@{self._requests}"
+        buf = self.buffers.setdefault(key, len(self.buffers)) if ptr and ptr not in _NIL else NA
+        if buf == len(self.buffer_request):
+            self.buffer_request.append(self._requests)
+        # a batch dumped right after a slot's prompt line is that slot's (the target's) prompt
+        hint = 0
+        if self._hint is not None and self._batch_line - self._hint[0] <= 3 and self._hint[1] == "target":
+            hint = CONTEXT_CODES["target"]
         b = self.batches
         batch_no = self._n_batches
         self._n_batches += 1
@@ -206,7 +219,8 @@ class Walker:
             b.embd.append(embd)
             b.ok.append(1)
             b.sig.append(-1)
-            b.hint.append(0)
+            b.hint.append(hint)
+            b.buf.append(buf)
 
     def _end_batch(self) -> None:
         self._flush_input()
@@ -336,6 +350,8 @@ class Walker:
             self._hint = (no, p.component, 0, line)
         if p.family == "hint" and p.kind == "draft":
             return
+        if p.kind == "new_prompt":
+            self._requests += 1
         if p.name == "dflash_kv":
             detail: dict[str, Any] = {"tag": g["tag"].strip()}
             detail.update(_KV_PAIR.findall(g["body"]))

@@ -6,9 +6,10 @@ Used where no real capture has the wording: the fork's DFlash lines, old and new
 from __future__ import annotations
 
 SEQ_IDX = "[0" + "." * 255 + "]"
+DRAFTER_BUF = "0x7f3a2c00a410"  # each caller reuses its own llama_batch, so its pointers
 
 
-def batch_dump(prefix: str, pos0: int, n: int, outputs: int, embd: str = "(nil)") -> list[str]:
+def batch_dump(prefix: str, pos0: int, n: int, outputs: int, embd: str = "(nil)", buf: str = "0x7f3a2c004410") -> list[str]:
     """`init: input batch info` + ubatch_print block + token rows + seq block, then the ubatch repeat (§3.1)."""
     p = prefix
     block = [
@@ -19,7 +20,7 @@ def batch_dump(prefix: str, pos0: int, n: int, outputs: int, embd: str = "(nil)"
         f"{p}ubatch_print:   n_seqs_unq   = 1",
         f"{p}ubatch_print:   token      = 0x7f3a2c0041d0",
         f"{p}ubatch_print:   embd       = {embd}",
-        f"{p}ubatch_print:   pos        = 0x7f3a2c004410",
+        f"{p}ubatch_print:   pos        = {buf}",
         f"{p}ubatch_print:   n_seq_id   = 0x7f3a2c004650",
         f"{p}ubatch_print:   seq_id     = 0x7f3a2c004890",
         f"{p}ubatch_print:   seq_id_unq = [ 0 ]",
@@ -101,10 +102,10 @@ def stale_drafter_log(prefixed: bool = True) -> str:
     # a healthy cycle: target verify at 1355.., drafter at 1355..
     lines += batch_dump(pre("D"), 1355, 4, 4)
     lines += find_slot(pre("D"), 32768, 0, 1354, 1355)
-    lines += batch_dump(pre("D"), 250, 10, 10)
+    lines += batch_dump(pre("D"), 250, 10, 10, buf=DRAFTER_BUF)
     lines += find_slot(pre("D"), 256, 0, 249, 250)
     for y in (1361, 1362, 1363):
-        lines += batch_dump(pre("D"), y, 16, 16)
+        lines += batch_dump(pre("D"), y, 16, 16, buf=DRAFTER_BUF)
         lines += drafter_failure(pre("E"), 0, 259, y)
     lines.append(f"{pre('W')}dflash: clearing stale drafter KV for seq=0 before flat draft: pos_max=259 next_pos=1364")
     lines.append(f"{pre('D')}DFLASH_DBG clear drafter seq: seq=0 reason=flat draft pos_max=259")

@@ -18,7 +18,7 @@ def test_stale_drafter_log_tables() -> None:
     assert list(b.ok) == [True, True, False, False, False]
     # sizes say target/drafter; the failing batches never reach find_slot: their caller line says drafter
     assert list(b.context.astype(str)) == ["target", "drafter", "drafter", "drafter", "drafter"]
-    assert b.context_confidence.iloc[0] >= 0.99 and b.context_confidence.iloc[2] == 0.9
+    assert b.context_confidence.iloc[0] >= 0.99 and b.context_confidence.iloc[2] >= 0.9
     assert b.t.iloc[0] > 10.0
     kv = r.kv
     assert list(kv.cache_size) == [32768, 256] and list(kv.context.astype(str)) == ["target", "drafter"]
