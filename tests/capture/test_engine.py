@@ -15,7 +15,7 @@ from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, Engi
 from capture.models import ensure_models, sha256_file
 from capture.session import Session, new_session
 
-from .capture_helpers import run_kvtrace
+from .capture_helpers import free_port, run_kvtrace, start_kvtrace, wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -298,6 +298,32 @@ def test_demo_prints_the_triage(cache: Path, tmp_path: Path) -> None:
     gt = pd.read_parquet(tmp_path / "demo" / "ground_truth.parquet")
     first = gt[gt.ret != 0].iloc[0]
     assert f"X = {first.drafter_kv_max}   Y = {first.pos_min}" in out
+
+
+def test_demo_opens_the_dashboard_on_localhost(cache: Path, tmp_path: Path) -> None:
+    import signal
+
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "KVTRACE_CACHE": str(cache)}
+    proc = start_kvtrace("demo", "--out", "demo", "--port", str(port), cwd=tmp_path, env=env)
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(answers, timeout=90, what="the dashboard")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert f"kvtrace dashboard: {url}" in out.decode()
+    assert "inconsistent_positions (drafter)" in out.decode()
 
 
 def test_samples_are_current(tmp_path: Path) -> None:
