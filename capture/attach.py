@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from capture.process import READ_SIZE, read_fd
-from capture.runner import Source
+from capture.process import READ_SIZE
+from capture.runner import FdSource, Source
 
 LLAMA_SWAP_WARNING = (
     "kvtrace: note: llama-swap drops log lines when a reader falls behind (its buffer is about 100 KiB), "
@@ -80,15 +80,13 @@ def follow_file(
 
 
 def stdin_source() -> Source:
-    return lambda stop: read_fd(0, stop)
+    return FdSource(0)
 
 
 def llama_swap_url(base: str, model: str | None) -> str:
     base = base.rstrip("/")
-    if "/logs/stream" in base:
-        path = base
-    else:
-        path = base + (f"/logs/stream/{model}" if model else "/logs/stream/upstream")
+    stream = f"/logs/stream/{model}" if model else "/logs/stream/upstream"
+    path = base if "/logs/stream" in base else base + stream
     return path + ("&" if "?" in path else "?") + "no-history"
 
 

@@ -120,8 +120,9 @@ def run_cmd(cmd: tuple[str, ...], **kw: object) -> None:
     merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json records the command (secrets
     redacted), the triage flags, the version and the GPUs.
 
-    Exit code: 0 capture complete; 1 the program failed, a request failed or a decode error was seen;
-    2 bad usage (nothing started); 128+N stopped by signal N.
+    Exit code: 0 capture complete (whatever the log shows: `kvtrace triage` judges it); 1 the program
+    failed, a --ping request failed, or --until-error fired; 2 bad usage (nothing started); 128+N the
+    wrapper was stopped by signal N (the program is stopped and the session written all the same).
 
     \b
     Examples:

@@ -1,16 +1,19 @@
-"""While a capture runs: one status line that updates in place, and the triage on the first position error.
+"""While a capture runs: one status line that updates in place, and the triage on the first error.
 
-The monitor reads raw.log behind the pump (never the pipe itself), so a slow parse can fall behind but
-can never slow the program being captured or lose a byte.
+The live parse reads raw.log behind the pump (never the pipe itself), in a separate low-priority
+process: a slow parse can fall behind, but it can never slow the program being captured or lose a byte.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import select
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -131,100 +134,149 @@ def triage_text(window: bytes, name: str) -> str:
     return "\n".join(lines)
 
 
-class Monitor(threading.Thread):
-    """Follows raw.log as the pump writes it; feeds analyze.StreamParser."""
+def follow(raw_path: Path, start: int, interval_s: float) -> None:
+    """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
+    raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
+    ends (`end N`); stdin closing without that means the wrapper is gone."""
+    with contextlib.suppress(OSError):
+        os.nice(10)  # the program being captured always comes first
+    from analyze import StreamParser
 
-    def __init__(
-        self,
-        raw_path: Path,
-        written: Callable[[], int],
-        terminal: Terminal,
-        *,
-        start_offset: int = 0,
-        interval_s: float = 0.5,
-        triage: bool = True,
-    ) -> None:
-        super().__init__(name="kvtrace-monitor", daemon=True)
-        from analyze import StreamParser
+    parser = StreamParser()
+    control = select.poll()
+    control.register(0, select.POLLIN | select.POLLHUP)
+    pending = b""
+    end: int | None = None
+    offset = start
+    last_emit = 0.0
+    error_sent = False
 
-        self.parser = StreamParser()
+    def emit(kind: str, **fields: Any) -> None:
+        sys.stdout.write(json.dumps({"t": kind, **fields}) + "\n")
+        sys.stdout.flush()
+
+    with open(raw_path, "rb") as f:
+        f.seek(start)
+        while True:
+            data = f.read(1 << 20)
+            if data:
+                parser.feed(data)
+                offset += len(data)
+            if end is None and control.poll(0 if data else 50):
+                chunk = os.read(0, 4096)
+                if not chunk:
+                    return  # the wrapper died: nobody to report to
+                pending += chunk
+                for line in pending.split(b"\n")[:-1]:
+                    if line.startswith(b"end "):
+                        end = int(line[4:])
+                pending = pending.rsplit(b"\n", 1)[-1]
+            if end is not None and offset >= end:
+                break
+            now = time.monotonic()
+            if now - last_emit >= interval_s or not data:
+                stats = parser.stats()
+                if not error_sent and stats.get("errors"):
+                    error_sent = True
+                    emit("error", triage=_triage_from(raw_path, offset))
+                if now - last_emit >= interval_s:
+                    emit("stats", offset=offset, stats=stats)
+                    last_emit = now
+    stats = parser.stats()
+    if not error_sent and stats.get("errors"):
+        emit("error", triage=_triage_from(raw_path, offset))
+    emit("done", offset=offset, stats=stats)
+
+
+def _triage_from(raw_path: Path, offset: int) -> str:
+    start = max(0, offset - TRIAGE_WINDOW)
+    with open(raw_path, "rb") as f:
+        f.seek(start)
+        window = f.read(offset - start)
+    if start:  # start on a line boundary so the window does not open with half a line
+        cut = window.find(b"\n")
+        window = window[cut + 1 :] if cut >= 0 else window
+    try:
+        return triage_text(window, raw_path.name)
+    except Exception as exc:
+        return f"kvtrace: a decode error was seen (triage failed: {exc})"
+
+
+class LiveParse:
+    """The wrapper's side of the live parse: starts `follow` in its own low-priority process (so parsing
+    never competes with the pump for the GIL, nor with the server for a core), shows what it reports."""
+
+    def __init__(self, raw_path: Path, start_offset: int, terminal: Terminal, *, interval_s: float = 0.5) -> None:
         self.raw_path = raw_path
-        self.written = written
+        self.start_offset = start_offset
         self.terminal = terminal
-        self.offset = start_offset
         self.interval_s = interval_s
-        self.triage = triage
         self.stats = LiveStats()
+        self.offset = start_offset
         self.first_error_at: float | None = None
         self.triage_printed = ""
-        self._stop_when_caught_up = threading.Event()
-        self._abandon = threading.Event()
+        self.complete = False
         self.failed: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
 
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # a parse bug must not end the capture; raw.log is what counts
-            self.failed = f"{type(exc).__name__}: {exc}"
-            self.terminal.message(f"kvtrace: live parsing stopped ({self.failed}); the capture goes on")
+    def start(self) -> None:
+        from capture.process import die_with_parent
 
-    def _run(self) -> None:
-        last_draw = 0.0
-        with open(self.raw_path, "rb") as f:
-            f.seek(self.offset)
-            while not self._abandon.is_set():
-                end = self.written()
-                if self.offset < end:
-                    data = f.read(min(end - self.offset, 1 << 20))
-                    self.offset += len(data)
-                    self.parser.feed(data)
-                    # Let the pump thread take the GIL between pieces: the capture comes first.
-                    time.sleep(0)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "capture.monitor", str(self.raw_path), str(self.start_offset),
+             str(self.interval_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=die_with_parent,
+        )
+        self._reader = threading.Thread(target=self._read, name="kvtrace-live", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            kind = msg.get("t")
+            if kind in ("stats", "done"):
+                self.stats = to_live_stats(msg.get("stats") or {})
+                self.offset = int(msg.get("offset", self.offset))
+                if kind == "done":
+                    self.complete = True
                 else:
-                    if self._stop_when_caught_up.is_set():
-                        break
-                    time.sleep(0.05)
-                now = time.monotonic()
-                if now - last_draw >= self.interval_s or self.offset >= end:
-                    self.stats = to_live_stats(self.parser.stats())
-                    if self.stats.errors and self.first_error_at is None:
-                        self.first_error_at = time.time()
-                        self._on_first_error()
-                    if now - last_draw >= self.interval_s:
-                        self.terminal.status(self.stats.line(self.offset))
-                        last_draw = now
-        self.stats = to_live_stats(self.parser.stats())
+                    self.terminal.status(self.stats.line(self.offset))
+            elif kind == "error" and self.first_error_at is None:
+                self.first_error_at = time.time()
+                self.triage_printed = str(msg.get("triage", ""))
+                self.terminal.message(self.triage_printed)
 
-    def _on_first_error(self) -> None:
-        if not self.triage:
-            return
-        start = max(0, self.offset - TRIAGE_WINDOW)
-        with open(self.raw_path, "rb") as f:
-            f.seek(start)
-            window = f.read(self.offset - start)
-        # Start on a line boundary so the window does not open with half a line.
-        if start:
-            cut = window.find(b"\n")
-            window = window[cut + 1 :] if cut >= 0 else window
-        try:
-            self.triage_printed = triage_text(window, self.raw_path.name)
-        except Exception as exc:
-            self.triage_printed = f"kvtrace: a decode error was seen (triage failed: {exc})"
-        self.terminal.message(self.triage_printed)
-
-    def finish(self, timeout_s: float = 30.0) -> bool:
-        """Let it catch up with raw.log (bounded); True if it read everything."""
-        self._stop_when_caught_up.set()
-        self.join(timeout_s)
-        if self.is_alive():
-            self._abandon.set()
-            self.join(5)
+    def finish(self, end_offset: int, wait_s: float) -> bool:
+        """Tell it where raw.log ends; wait (bounded) for it to get there. True if it read everything."""
+        proc = self._proc
+        if proc is None or proc.stdin is None:
             return False
-        return self.offset >= self.written()
+        with contextlib.suppress(OSError):
+            proc.stdin.write(b"end %d\n" % end_offset)
+            proc.stdin.flush()
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        if self._reader is not None:
+            self._reader.join(5)
+        if not self.complete:
+            err = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
+            if proc.returncode not in (0, -9) and err:
+                self.failed = err.splitlines()[-1][:300]
+        return self.complete
 
 
-def raw_size(path: Path) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
+if __name__ == "__main__":
+    follow(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import os
 import select
@@ -13,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 READ_SIZE = 1 << 20
@@ -21,7 +22,7 @@ _F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe lets a log burst land without blocki
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child before exec: if the wrapper is killed (even -9), the child gets SIGTERM."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -57,6 +58,33 @@ def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[
         if not chunk:
             return
         yield chunk
+
+
+def splice_fd(fd: int, splice: Callable[[int, int], int], stop: threading.Event, *, poll_s: float = 0.2) -> bool:
+    """Like read_fd, but the bytes go from the pipe to the sink inside the kernel (`splice` is
+    RawSink.splice_from). False, before anything moved, when `fd` cannot be spliced (not a pipe)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    moved = False
+    while True:
+        try:
+            ready = poller.poll(int(poll_s * 1000))
+        except InterruptedError:
+            continue
+        if not ready:
+            if stop.is_set():
+                return True
+            continue
+        try:
+            n = splice(fd, READ_SIZE)
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            # EINVAL before anything moved: not a pipe (a file on stdin); the caller reads it instead.
+            return moved or exc.errno != errno.EINVAL
+        if n == 0:
+            return True
+        moved = True
 
 
 def signal_name(returncode: int | None) -> str | None:
@@ -100,7 +128,7 @@ class Child:
             # Own process group: a terminal Ctrl-C reaches only the wrapper, which then stops the
             # program in order (and its helpers with it).
             process_group=0,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             bufsize=0,
         )
         self.started_at = time.time()

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from capture.monitor import Monitor, Terminal
+from capture.monitor import LiveParse, Terminal
 from capture.ping import Pinger
-from capture.process import Child, StopPlan, read_fd, signal_name
+from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
 from capture.session import CHUNKS, Session, now_iso
 from capture.sink import RawSink
 
@@ -32,6 +32,7 @@ class StopRules:
     keep_running: bool = False  # after --ping, leave the server up until another rule stops it
     plan: StopPlan = field(default_factory=StopPlan)
     drain_s: float = 2.0  # after the program exits, how long its helpers may keep the pipe open
+    parse_wait_s: float = 5.0  # at the end, how long the live parse may take to catch up
 
 
 @dataclass(slots=True)
@@ -72,8 +73,18 @@ class _Signals:
                 os.killpg(self.child.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
 
+@dataclass(slots=True)
+class FdSource:
+    """A pipe or file descriptor: read in chunks, or spliced straight into raw.log when nothing is echoed."""
+
+    fd: int
+
+    def __call__(self, stop: threading.Event) -> Iterator[bytes]:
+        return read_fd(self.fd, stop)
+
+
 def child_source(fd: int) -> Source:
-    return lambda stop: read_fd(fd, stop)
+    return FdSource(fd)
 
 
 def run_capture(
@@ -96,6 +107,9 @@ def run_capture(
 
     def pump() -> None:
         try:
+            spliced = isinstance(source, FdSource) and not sink.echoing
+            if spliced and splice_fd(source.fd, sink.splice_from, stop_pump):  # type: ignore[union-attr]
+                return
             for chunk in source(stop_pump):
                 sink.write(chunk)
         except Exception as exc:  # reported; what was written stays written
@@ -103,22 +117,18 @@ def run_capture(
         finally:
             eof.set()
 
-    monitor: Monitor | None = None
+    monitor = LiveParse(session.raw_log, start_offset, terminal) if live else None
     live_note = None
-    if live:
-        try:
-            monitor = Monitor(
-                session.raw_log, lambda: sink.bytes_written, terminal, start_offset=start_offset
-            )
-        except ImportError as exc:
-            live_note = f"live parsing unavailable: {exc}"
     pump_thread = threading.Thread(target=pump, name="kvtrace-pump", daemon=True)
     reason, exit_code, error = "", EXIT_OK, None
     t0 = time.monotonic()
     with _Signals(child) as sigs:
         pump_thread.start()
         if monitor is not None:
-            monitor.start()
+            try:
+                monitor.start()
+            except OSError as exc:
+                live_note, monitor = f"live parsing unavailable: {exc}", None
         if pinger is not None:
             pinger.start()
         child_exit_seen: float | None = None
@@ -132,9 +142,6 @@ def run_capture(
             if eof.is_set() and (child is None or child.poll() is not None or child_exit_seen is not None):
                 reason = "program exited" if child is not None else "end of input"
                 break
-            if eof.is_set() and child is not None:
-                # Output closed but the program lives on (it closed stdout/stderr): keep waiting for it.
-                pass
             if child_exit_seen is not None and time.monotonic() - child_exit_seen > rules.drain_s:
                 reason = "program exited"
                 break
@@ -178,7 +185,7 @@ def run_capture(
     live_stats: dict[str, Any] | None = None
     live_complete = None
     if monitor is not None:
-        live_complete = monitor.finish()
+        live_complete = monitor.finish(sink.bytes_written, rules.parse_wait_s)
         s = monitor.stats
         live_stats = {
             "lines": s.lines,
@@ -186,9 +193,8 @@ def run_capture(
             "errors": s.errors,
             "target_pos": s.target_pos,
             "drafter_pos": s.drafter_pos,
+            "bytes_parsed": monitor.offset - start_offset,
         }
-        if monitor.stats.errors and exit_code == EXIT_OK:
-            exit_code = EXIT_FAILED
     terminal.end()
     sink.close(session.path / CHUNKS)
 

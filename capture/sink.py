@@ -33,9 +33,10 @@ class RawSink:
 
     def __init__(self, path: Path, *, echo: Callable[[bytes], None] | None = None) -> None:
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Not O_APPEND: splice(2) refuses append-mode files. Only this sink writes the file.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self.bytes_written = os.lseek(self._fd, 0, os.SEEK_END)
         self._echo = echo
-        self.bytes_written = os.fstat(self._fd).st_size
         self.first_offset = self.bytes_written
         # Compact columns: a capture of hours may have millions of chunks.
         self._t_wall = array("d")
@@ -63,6 +64,24 @@ class RawSink:
             except OSError:
                 # A closed terminal must not stop the capture itself.
                 self.echo_failed = True
+
+    def splice_from(self, fd: int, max_bytes: int) -> int:
+        """Move up to `max_bytes` from a pipe straight into raw.log inside the kernel (no copy through
+        Python). Returns the count, 0 at end of input. Raises OSError(EINVAL) when `fd` is not a pipe."""
+        with self._lock:
+            if self._fd < 0:
+                raise OSError("raw.log is closed")
+            n = os.splice(fd, self._fd, max_bytes)
+            if n:
+                self._t_wall.append(time.time())
+                self._offset.append(self.bytes_written)
+                self._size.append(n)
+                self.bytes_written += n
+        return n
+
+    @property
+    def echoing(self) -> bool:
+        return self._echo is not None
 
     def fsync(self) -> None:
         with contextlib.suppress(OSError):
