@@ -208,13 +208,15 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
     d = ov.first_divergence
     if d is not None:
         how = f"gap {int(d.delta)}" if d.source == "error" else f"drafter {d.delta:+g}"
-        cols[1].metric("First divergence", f"line {d.line}", how, delta_color="off")
+        cols[1].metric("First divergence", f"line {d.line}", how, delta_color="off", delta_arrow="off")
     else:
         cols[1].metric("First divergence", "none")
     cols[2].metric("Position errors", v.n_position_errors)
-    cols[3].metric("Batches (target/drafter)", ov.n_batches, f"{ov.n_target} / {ov.n_drafter}", delta_color="off")
+    cols[3].metric("Batches", ov.n_batches, f"target {ov.n_target} / drafter {ov.n_drafter}",
+                   delta_color="off", delta_arrow="off")
     cols[4].metric("Errors / resets", f"{ov.n_errors} / {ov.n_resets}")
-    cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off")
+    cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off",
+                   delta_arrow="off")
     if v.last_pos is not None and v.batch_start is not None:
         st.markdown(
             f"**First position error:** the KV cache held up to **X = {int(v.last_pos)}**, the batch started "
@@ -257,13 +259,15 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
         width = max((hi - lo) * 0.08, 1.0 if axis.kind == "line" else 1e-6)
         a, b = max(lo, div.x - width), min(hi, div.x + width)
         st.session_state[slider_key] = (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
+    fmt = None
     if axis.kind == "line":
         lo, hi, step = int(lo), int(hi), 1
     else:
         step = max((hi - lo) / 1000, 1e-6)
+        fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
     if slider_key not in st.session_state:
         st.session_state[slider_key] = (lo, hi)
-    rng = c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key)
+    rng = c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key, format=fmt)
     return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
 
 

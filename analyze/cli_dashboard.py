@@ -47,6 +47,7 @@ def streamlit_command(host: str, port: int) -> list[str]:
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
+        "--client.toolbarMode", "viewer",
     ]  # fmt: skip
 
 

@@ -139,7 +139,16 @@ def _error_traces(
                                                      "<br>batch Y = %{y}<extra></extra>",
         ))  # fmt: skip
     if labels:
-        for i in np.flatnonzero(both)[:MAX_GAP_LABELS]:
+        # Label errors that have room: the first, then any at least 8 % of the drawn range further on.
+        span = (np.nanmax(x) - np.nanmin(x)) if x.size else 0.0
+        last = -np.inf
+        shown = 0
+        for i in np.flatnonzero(both):
+            if shown >= MAX_GAP_LABELS:
+                break
+            if x[i] - last < span * 0.08:
+                continue
+            last, shown = x[i], shown + 1
             fig.add_annotation(
                 x=x[i], y=(X[i] + Y[i]) / 2, text=f"gap {int(gap[i])}", showarrow=False, xanchor="left",
                 xshift=6, font={"color": COLOURS["error"], "size": 11}, row=1 if col else None, col=col,
@@ -265,7 +274,7 @@ def acceptance_figure(result: object) -> go.Figure | None:
         rate = np.nansum(acc) / np.nansum(drafted) if np.nansum(drafted) else np.nan
         fig.update_layout(
             title=f"accepted draft tokens per cycle ({acc.size} cycles, {rate:.1%} accepted)",
-            xaxis_title="accepted tokens in a cycle", yaxis_title="cycles", height=300,
+            xaxis_title="accepted tokens in a cycle", yaxis_title="cycles", height=300, xaxis_dtick=1,
             margin={"l": 60, "r": 20, "t": 50, "b": 50},
         )
         return fig

@@ -11,6 +11,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from analyze.overview import Overview, overview
@@ -89,9 +90,15 @@ def _num(value: Any) -> str:
     return str(value)
 
 
+# Bookkeeping about the file itself rather than the run; `source` may be a private local path.
+_NOT_ENVIRONMENT = frozenset({"source", "bytes", "lines", "recognised_lines", "warnings"})
+
+
 def _meta_lines(meta: Mapping[str, Any]) -> list[str]:
     lines = []
     for key in sorted(meta):
+        if key in _NOT_ENVIRONMENT:
+            continue
         value = meta[key]
         if value in (None, "", [], {}):
             continue
@@ -104,7 +111,8 @@ def markdown_report(result: Any, *, name: str | None = None) -> str:
     """The triage report for one ParseResult, as GitHub-flavoured Markdown."""
     verdict = result.verdict
     ov: Overview = overview(result)
-    title = name or getattr(result, "name", None) or "log"
+    # Only the file name of a source path: a report is pasted in public, a home folder should not be.
+    title = name or Path(str(getattr(result, "source", "") or "log")).name
     out = [f"### kvtrace triage: {escape(title)}", ""]
     side = verdict.component or "unknown"
     out.append(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"

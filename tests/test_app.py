@@ -1,0 +1,207 @@
+"""The dashboard through Streamlit's own test runner (AppTest): real app.py, real reader, no browser.
+
+Charts are read back from the Plotly JSON Streamlit would send to the browser.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analyze.cli_dashboard import OPEN_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
+STALE = ROOT / "samples" / "stale-drafter"
+
+
+@pytest.fixture(autouse=True)
+def _no_open_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(OPEN_ENV, raising=False)
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _upload(at: AppTest, *files: tuple[str, bytes]) -> AppTest:
+    at.sidebar.file_uploader[0].set_value([(name, data, "text/plain") for name, data in files])
+    at.run()
+    return at
+
+
+def _array(value: Any) -> np.ndarray:
+    """A Plotly array from figure JSON: a list, or numpy's binary form {dtype, bdata}."""
+    if isinstance(value, dict) and "bdata" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+    return np.array([np.nan if v is None else v for v in (value or [])], dtype=float)
+
+
+def _traces(at: AppTest, index: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    spec = json.loads(at.get("plotly_chart")[index].proto.spec)
+    return {d["name"]: {"x": _array(d.get("x")), "y": _array(d.get("y"))} for d in spec["data"] if "name" in d}
+
+
+def _segments(trace: dict[str, np.ndarray]) -> set[tuple[float, float]]:
+    """(X, Y) pairs of a segment trace laid out as x, x, NaN / y0, y1, NaN."""
+    y = trace["y"]
+    return {(float(y[i]), float(y[i + 1])) for i in range(0, y.size - 1, 3)}
+
+
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [s.value for s in at.subheader] + [w.value for w in at.warning]
+    parts += [e.value for e in at.error] + [i.value for i in at.info]
+    return "\n".join(parts)
+
+
+def test_seed_report_upload_shows_verdict_and_error_segment() -> None:
+    at = _upload(_app(), (SEED.name, SEED.read_bytes()))
+    assert not at.exception
+    text = _texts(at)
+    assert "Verdict: inconsistent positions" in text
+    assert "X = 259" in text and "Y = 1361" in text
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Failing side"] == "drafter"
+    assert metrics["Position errors"] == "3"
+    traces = _traces(at)
+    assert {"target", "drafter"} <= set(traces)
+    # The error is drawn from what the drafter stored (X) to where the batch started (Y).
+    assert (259.0, 1361.0) in _segments(traces["position error (X to Y)"])
+    assert (259.0, 1362.0) in _segments(traces["position error (X to Y)"])
+    # The block whose X line fell outside the paste is still marked, at its Y.
+    assert 1360.0 in traces["position error, X cut off"]["y"]
+    # The drafter's stored position at the error is X, at the error's own line.
+    assert 259.0 in traces["drafter"]["y"]
+
+
+def test_engine_session_matches_its_ground_truth() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
+    at.run()
+    assert not at.exception
+    assert "Verdict: inconsistent positions" in _texts(at)
+    traces = _traces(at)
+    assert traces["target"]["y"].size > 5 and traces["drafter"]["y"].size > 5
+    truth = pd.read_parquet(STALE / "ground_truth.parquet")
+    failed = truth[truth["ret"] != 0]
+    assert len(failed), "the stale-drafter sample must hold failing decodes"
+    # Every failed drafter decode: X = the drafter's stored max (from the API), Y = the batch's first position.
+    want = {(float(r.drafter_kv_max), float(r.pos_min)) for r in failed.itertuples()}
+    assert _segments(traces["position error (X to Y)"]) == want
+    # Divergence is shaded (the drafter stayed behind over several observations) and resets are drawn.
+    assert any(name.startswith("drafter and target apart") for name in traces)
+    assert "reset" in traces
+    # Second chart: drafter minus target, and an acceptance chart.
+    assert len(at.get("plotly_chart")) >= 3
+
+
+def test_healthy_sample_is_not_shaded_as_divergence() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="session").set_value("sample: healthy")
+    at.run()
+    assert not at.exception
+    assert "Verdict: draft stats only" in _texts(at)
+    traces = _traces(at)
+    assert not any(name.startswith("drafter and target apart") for name in traces)
+    assert "position error (X to Y)" not in traces
+
+
+def test_not_a_log_gives_a_clear_message() -> None:
+    prose = b"Dear diary,\nToday I baked bread. Nothing about language models here.\n" * 20
+    at = _upload(_app(), ("notes.txt", prose))
+    assert not at.exception
+    assert any("no llama.cpp log lines" in w.value for w in at.warning)
+    assert not at.get("plotly_chart")
+
+
+def test_binary_and_broken_gzip_give_messages_not_tracebacks() -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+    broken = gzip.compress(SEED.read_bytes())[:300]
+    at = _upload(_app(), ("picture.log", png), ("cut.gz", broken))
+    assert not at.exception
+    for choice in range(len(at.sidebar.selectbox(key="show").options)):
+        at.sidebar.selectbox(key="show").set_value(choice)
+        at.run()
+        assert not at.exception
+        assert at.warning or at.error or at.get("plotly_chart")
+
+
+def test_log_text_is_never_rendered_as_markdown_or_html() -> None:
+    hostile = (
+        "<script>alert(1)</script> **bold** [link](http://example.invalid) $x^2$\n"
+        + SEED.read_text(encoding="utf-8")
+    ).encode()
+    at = _upload(_app(), ("hostile.log", hostile))
+    assert not at.exception
+    rendered = "\n".join(m.value for m in at.markdown)
+    assert "<script>" not in rendered and "**bold**" not in rendered and "](http" not in rendered
+    # The raw view shows it as plain text, line numbered, around the chosen line.
+    at.number_input(key=next(k for k in _keys(at) if k.startswith("line-"))).set_value(1)
+    at.run()
+    raw = "\n".join(c.value for c in at.code)
+    assert "<script>alert(1)</script> **bold**" in raw
+    assert re.search(r"^>> +1 \| <script>", raw, re.M), "line 1 is marked as the chosen one"
+
+
+def _keys(at: AppTest) -> list[str]:
+    return [w.key for w in at.number_input if w.key]
+
+
+def test_pasted_text_and_markdown_report() -> None:
+    at = _app()
+    at.sidebar.text_area(key="paste").set_value(SEED.read_text(encoding="utf-8"))
+    at.run()
+    assert not at.exception
+    assert "Verdict: inconsistent positions" in _texts(at)
+    report = next(c.value for c in at.code if c.value.startswith("### kvtrace triage"))
+    assert "X = 259" in report and "Y = 1361" in report
+    assert "dflash: drafter decode failed with -1" in report
+
+
+def test_open_from_the_command_line_and_compare(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(OPEN_ENV, str(STALE))
+    at = _app()
+    assert "Verdict: inconsistent positions" in _texts(at)
+    at.sidebar.selectbox(key="session").set_value("sample: healthy")
+    at.run()
+    at.sidebar.selectbox(key="compare-with").set_value(1)
+    at.run()
+    assert not at.exception
+    names = {d.get("name") for d in json.loads(at.get("plotly_chart")[-1].proto.spec)["data"]}
+    assert {"target (A)", "drafter (A)", "target (B)", "drafter (B)"} <= names
+
+
+def test_missing_command_line_path_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(OPEN_ENV, str(tmp_path / "nope.log"))
+    at = _app()
+    assert any("no such log file" in e.value for e in at.error)
+
+
+def test_jump_to_first_divergence_narrows_the_range() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
+    at.run()
+    slider = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+    full = slider.value
+    at.button(key=next(b.key for b in at.button if b.key and b.key.startswith("jump-"))).click()
+    at.run()
+    assert not at.exception
+    slider = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+    lo, hi = slider.value
+    assert full[0] <= lo < hi <= full[1] and (hi - lo) < (full[1] - full[0])
+    # The first error (line 1205's timestamp) is inside the new range.
+    x = _traces(at)["position error (X to Y)"]["x"]
+    assert np.nanmin(x) >= lo and np.nanmin(x) <= hi

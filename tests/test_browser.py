@@ -1,0 +1,117 @@
+"""The dashboard in a real browser: `streamlit run app.py` on 127.0.0.1, driven by headless Chromium.
+
+Playwright cannot download browsers here, so it drives Debian's /usr/bin/chromium (`make browser`).
+Skipped only on a user's machine without chromium; in CI (CI set) a missing browser fails loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from analyze.cli_dashboard import streamlit_command
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
+STALE = ROOT / "samples" / "stale-drafter" / "raw.log"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium not installed (make browser)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KVTRACE_OPEN"}
+    cmd = streamlit_command("127.0.0.1", port)  # exactly what `kvtrace dashboard` runs
+    log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "streamlit-server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start; see {log.name}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - playwright Page
+    # Streamlit marks the app root `notRunning` once a script run (and its rendering) has finished.
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout_ms)
+
+
+def _legend(page) -> list[str]:  # noqa: ANN001
+    """Legend entries of the first chart (SVG text, so textContent rather than innerText)."""
+    chart = page.locator("[data-testid='stPlotlyChart']").first
+    return chart.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
+
+
+def test_upload_and_chart_in_chromium(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1900})
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_idle(page)
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(SEED), str(STALE)])
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=60_000)
+            _wait_idle(page)
+            page.get_by_text("Verdict: inconsistent positions").wait_for(timeout=30_000)
+            # The position chart drew its traces: target, drafter and the error segment are in the legend.
+            legend = _legend(page)
+            assert "drafter" in legend and "position error (X to Y)" in legend, legend
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "dashboard-seed.png"), full_page=True)
+
+            # Switch to the engine capture (second upload): positions of both sides are drawn.
+            page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").filter(has_text="Show").click()
+            page.get_by_role("option", name="raw.log").click()
+            page.get_by_text("Source: raw.log").wait_for(timeout=30_000)
+            _wait_idle(page)
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=60_000)
+            legend = _legend(page)
+            assert "target" in legend and "drafter" in legend, legend
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "dashboard-stale-drafter.png"), full_page=True)
+        finally:
+            browser.close()
