@@ -41,6 +41,18 @@ class Prefix:
     start: int = 0
 
 
+def decode(data: bytes) -> str:
+    """Bytes to text for parsing. Latin-1 never fails, keeps one character per byte (so invalid UTF-8 from
+    token pieces costs nothing) and keeps Python's compact one-byte strings, which the hot loop scans
+    fastest. Text that leaves the reader goes through `readable`."""
+    return data.decode("latin-1")
+
+
+def readable(text: str) -> str:
+    """Text read with `decode`, as the UTF-8 it was written in (invalid bytes become U+FFFD)."""
+    return text if text.isascii() else text.encode("latin-1", "replace").decode("utf-8", "replace")
+
+
 def clean_chunk(text: str) -> str:
     """Drop carriage returns and ANSI colour codes without changing the number of lines."""
     if "\r" in text:
@@ -105,4 +117,4 @@ def parse_prefix(line: str) -> Prefix:
 def message(line: str) -> str:
     """The line with its prefixes and markdown noise removed: what llama.cpp itself printed."""
     text = line[parse_prefix(line).start :]
-    return unescape(text.rstrip().rstrip("`").rstrip())
+    return readable(unescape(text.rstrip().rstrip("`").rstrip()))

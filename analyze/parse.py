@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from analyze.normalize import clean_chunk, decode
 from analyze.reader import InputError, Source, iter_chunks, open_source, split_lines
 from analyze.records import CONTEXT_NAMES, NA
 from analyze.tables import build_all
@@ -61,11 +62,9 @@ class StreamParser:
             self._carry = data[-(1 << 20):]
             return
         self._carry = data[cut + 1 :]
-        self.feed_text(data[: cut + 1].decode("utf-8", "replace"))
+        self.feed_text(decode(data[: cut + 1]))
 
     def feed_text(self, text: str) -> None:
-        from analyze.normalize import clean_chunk
-
         self.walker.feed(split_lines(clean_chunk(text), self._pending))
 
     def stats(self) -> dict[str, Any]:
@@ -94,7 +93,7 @@ class StreamParser:
 
     def finish(self) -> ParseResult:
         if self._carry:
-            self.feed_text(self._carry.decode("utf-8", "replace") + "\n")
+            self.feed_text(decode(self._carry) + "\n")
             self._carry = b""
         if self._pending:
             self.walker.feed([self._pending.pop()])

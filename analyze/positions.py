@@ -33,6 +33,9 @@ class XAxis:
     line_seconds: np.ndarray | None = None
     # For log time: (line, t) pairs known from the tables, to place rows whose own t is missing.
     known: tuple[np.ndarray, np.ndarray] | None = None
+    # For log time: the lines where the logger's clock restarted (a server restart inside one log) and the
+    # seconds to add from each of them on, so time keeps increasing across restarts.
+    restarts: tuple[np.ndarray, np.ndarray] | None = None
 
     def of(self, line: pd.Series | np.ndarray, t: pd.Series | np.ndarray | None = None) -> np.ndarray:
         line = np.asarray(line, dtype=np.int64)
@@ -42,9 +45,24 @@ class XAxis:
             return self.line_seconds[np.clip(line, 0, self.line_seconds.size - 1)]
         values = np.full(line.size, np.nan) if t is None else floats(t).copy()
         missing = np.isnan(values)
+        if self.restarts is not None and self.restarts[0].size:
+            own = ~missing
+            values[own] += self.restarts[1][np.searchsorted(self.restarts[0], line[own], side="right")]
         if missing.any() and self.known is not None and self.known[0].size:
+            # `known` is already joined across restarts
             values[missing] = np.interp(line[missing], self.known[0], self.known[1])
         return values
+
+
+def _restarts(lines: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where t drops (by more than a second, or to under a tenth of what it was): the clock restarted."""
+    back = ts[:-1] - ts[1:]
+    drop = np.flatnonzero((back > 1.0) | ((ts[1:] < ts[:-1] * 0.1) & (back > 0.01))) + 1
+    if not drop.size:
+        return np.empty(0, np.int64), np.zeros(1)
+    # offsets[k] applies to lines from the k-th restart on; offsets[0] = 0 before the first one.
+    add = np.concatenate([[0.0], np.cumsum(ts[drop - 1] - ts[drop])])
+    return lines[drop], add
 
 
 def _time_rows(result: object) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +78,11 @@ def choose_axis(result: object, capture_line_seconds: np.ndarray | None = None) 
     have = ~np.isnan(ts)
     if lines.size and have.mean() >= 0.5:
         order = np.argsort(lines[have], kind="stable")
-        return XAxis("log_time", "log time (s)", known=(lines[have][order], ts[have][order]))
+        known_lines, known_t = lines[have][order], ts[have][order]
+        restart_lines, offsets = _restarts(known_lines, known_t)
+        joined = known_t + offsets[np.searchsorted(restart_lines, known_lines, side="right")]
+        title = "log time (s)" if not restart_lines.size else f"log time (s; {restart_lines.size} restarts joined)"
+        return XAxis("log_time", title, known=(known_lines, joined), restarts=(restart_lines, offsets))
     if capture_line_seconds is not None and capture_line_seconds.size > 1:
         return XAxis("capture_time", "capture time (s)", line_seconds=capture_line_seconds)
     return XAxis("line", "log line")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from analyze.normalize import clean_chunk
+from analyze.normalize import clean_chunk, decode
 
 CHUNK = 4 << 20
 MAX_LINE = 1 << 20  # longer lines are cut here: no llama.cpp line is anywhere near this long
@@ -147,11 +147,11 @@ def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
             nl = head.find(b"\n")
             head = head[nl:]
             overlong = False
-        yield clean_chunk((carry + head).decode("utf-8", "replace"))
+        yield clean_chunk(decode(carry + head))
         carry = tail[:MAX_LINE]
         overlong = len(tail) > MAX_LINE
     if carry:
-        yield clean_chunk(carry.decode("utf-8", "replace"))
+        yield clean_chunk(decode(carry))
 
 
 def split_lines(text: str, pending: list[str]) -> list[str]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.context import SizeMap, attribute_batches, map_sizes
+from analyze.normalize import readable
 from analyze.records import NA
 from analyze.walker import Walker
 
@@ -119,7 +120,7 @@ def build_errors(w: Walker) -> pd.DataFrame:
         {"line": f.line, "t": f.t, "kind": f.kind, "variant": f.variant, "seq_id": f.seq_id,
          "last_pos": f.last_pos, "batch_start": f.batch_start, "ret": f.ret, "component": f.component,
          "evidence": f.evidence, "evidence_line": f.evidence_line, "batch": f.batch,
-         "lines": json.dumps(f.lines)}
+         "lines": readable(json.dumps(f.lines, ensure_ascii=False))}
         for f in w.failures
     ]
     df = pd.DataFrame(rows, columns=ERROR_COLUMNS)
@@ -154,7 +155,7 @@ def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
 def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = [
         {"line": e.line, "t": e.t, "kind": e.kind, "context": e.context, "seq_id": e.seq_id, "pos": e.pos,
-         "detail": json.dumps(e.detail, sort_keys=True)}
+         "detail": readable(json.dumps(e.detail, sort_keys=True, ensure_ascii=False))}
         for e in w.events
     ]
     df = pd.DataFrame(rows, columns=EVENT_COLUMNS)

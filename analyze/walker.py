@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from analyze.normalize import message, parse_prefix, unescape
+from analyze.normalize import message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -73,6 +73,7 @@ class Walker:
     def feed(self, lines: list[str]) -> None:
         no = self.n_lines
         patterns = PATTERNS
+        table = _TABLE
         in_input = self._dump == _INPUT
         fragment = self._fragment
         for line in lines:
@@ -96,9 +97,33 @@ class Walker:
                 if "init:" not in line and "ubatch" not in line:
                     fragment = True
                     continue
-            for p in patterns:
-                if p.anchor in line:
-                    m = p.regex.search(line)
+            # the rest of a dump and find_slot come next in number: straight to their entry and handler
+            hot = None
+            if "find_slot: stream[" in line:
+                hot = _KV_SEQ if "] min[" in line else _KV_STREAM
+            elif "init:" in line:
+                if ": pos = [" in line:
+                    hot = _SEQ_POS
+                elif "input batch info" in line:
+                    hot = _INPUT_BATCH
+                else:
+                    end = line.rstrip()[-1:]
+                    hot = _SEQ_CLOSE if end == "]" else _SEQ_OPEN if end == "[" else None
+            elif "added ubatch to split" in line:
+                hot = _UBATCH_ADD
+            if hot is not None and (m := hot.regex.search(line)) is not None:
+                self.n_recognised += 1
+                if self._failure is not None:
+                    self._close_failure()
+                if hot.family == "kv":
+                    self._kv(hot.kind, m, no, line)
+                else:
+                    self._batch(hot.kind, m, no, line)
+                in_input = self._dump == _INPUT
+                continue
+            for anchor, search, p in table:
+                if anchor in line:
+                    m = search(line)
                     if m is not None:
                         if self._dispatch(p, m, no, line) is not False:
                             self.n_recognised += 1
@@ -376,7 +401,7 @@ class Walker:
 
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
         meta = self.meta
-        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        g = {k: readable(v) for k, v in m.groupdict().items() if v is not None}
         kind = p.kind
         if kind == "version":
             if g not in meta["versions"]:
@@ -416,7 +441,11 @@ class Walker:
         elif kind == "flag":
             for fm in p.regex.finditer(line):
                 value = fm["value"]
-                meta["flags"][fm["flag"]] = value.strip('"') if value is not None else True
+                meta["flags"][fm["flag"]] = readable(value.strip('"')) if value is not None else True
 
 
+_TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
 _FIELD = BY_NAME["batch_field"].regex
+_KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
+_INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
+_SEQ_POS, _SEQ_OPEN, _SEQ_CLOSE = BY_NAME["batch_seq_pos"], BY_NAME["batch_seq_open"], BY_NAME["batch_seq_close"]

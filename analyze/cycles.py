@@ -1,0 +1,142 @@
+"""Draft/verify cycles: is the drafter in step with the target, and how well do its drafts fare.
+
+In step means the DFlash invariant: when the target verifies a block starting at T + 1 (its stored max
+is T), the drafter drafted that block from the same place, so one of the drafter's stores since the
+previous verification had max T too. Block drafting (one `[id_last, mask x k]` batch) and chain drafting
+(k one-token batches, the first at T + 1) both satisfy it; a stale drafter (its batch refused, so no
+store at all) or one that was not rolled back (its max above T) does not. From the kv table when the
+log has LLAMA_KV_CACHE_DEBUG lines, else from the batch dumps (a batch's first position - 1 is the max
+stored before it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+BOUNDARIES = ("new_prompt", "reset", "stop", "kv_drop", "checkpoint_restore", "prompt_done")
+
+
+@dataclass(slots=True)
+class CycleStats:
+    n_cycles: int  # target verifications with a drafter attempt since the previous one
+    in_step: int
+    source: str  # "kv", "batches" or "" (neither table has both sides)
+    first_out_of_step_line: int | None = None
+    last_in_step: bool | None = None  # the log's final cycle
+    n_verify_steps: int = 0  # server `accepted N/M draft tokens` lines
+    mean_accepted_len: float | None = None  # 1 + accepted / verify steps, as llama-server prints it
+    acceptance_rate: float | None = None
+    accepted_per_position: list[float] = field(default_factory=list)
+
+    @property
+    def in_step_fraction(self) -> float | None:
+        return round(self.in_step / self.n_cycles, 5) if self.n_cycles else None
+
+    @property
+    def drafter_in_step(self) -> bool | None:
+        """Every cycle in step (None: no cycles to judge)."""
+        return None if not self.n_cycles else self.in_step == self.n_cycles
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"in_step_fraction": self.in_step_fraction, "drafter_in_step": self.drafter_in_step}
+
+
+def _stores(result: Any) -> tuple[pd.DataFrame, str]:
+    """Columns line, context, seq_id, stored (the max held just before a store), from kv or batches."""
+    kv = result.kv
+    if len(kv) and {"target", "drafter"} <= set(kv["context"].astype(str)):
+        return pd.DataFrame({"line": kv["line"].to_numpy(np.int64), "context": kv["context"].astype(str).to_numpy(),
+                             "seq_id": kv["seq_id"].to_numpy(np.int64),
+                             "stored": kv["pos_max"].to_numpy(np.int64), "ok": True}), "kv"
+    b = result.batches
+    b = b[b["pos_min"].notna() & b["seq_id"].notna()]
+    if len(b) and {"target", "drafter"} <= set(b["context"].astype(str)):
+        return pd.DataFrame({"line": b["line"].to_numpy(np.int64), "context": b["context"].astype(str).to_numpy(),
+                             "seq_id": b["seq_id"].to_numpy(np.int64),
+                             "stored": b["pos_min"].to_numpy(np.int64) - 1,
+                             "ok": b["ok"].to_numpy(bool)}), "batches"
+    return pd.DataFrame(columns=["line", "context", "seq_id", "stored", "ok"]), ""
+
+
+def _attempts(result: Any) -> pd.DataFrame:
+    """Every drafter batch the log shows, refused or not (a refused one leaves no kv row)."""
+    b = result.batches
+    d = b[b["context"].astype(str) == "drafter"]
+    return pd.DataFrame({"line": d["line"].to_numpy(np.int64),
+                         "seq_id": pd.to_numeric(d["seq_id"], errors="coerce").fillna(-1).to_numpy(np.int64)})
+
+
+def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
+    stores, source = _stores(result)
+    if not source:
+        return 0, 0, "", None, None
+    attempts = _attempts(result)
+    err = result.errors
+    failed = err[(err["component"] == "drafter")]
+    ev = result.events
+    # A new request (prompt, reset, a cleared cache) is not a draft/verify cycle: the target goes first.
+    bounds = ev.line[ev["kind"].isin(BOUNDARIES)].to_numpy(dtype=np.int64)
+    n = good = 0
+    first_bad: int | None = None
+    last: bool | None = None
+    for seq, rows in stores.groupby("seq_id", sort=True):
+        rows = rows.sort_values("line", kind="stable")
+        prev_line = -1
+        drafter_stored: list[int] = []
+        tried = False
+        a_lines = attempts.line[attempts.seq_id == seq].to_numpy()
+        f_lines = failed.line[pd.to_numeric(failed.seq_id, errors="coerce") == seq].to_numpy(dtype=np.float64)
+        for line, ctx, stored, ok in zip(rows.line, rows.context, rows.stored, rows.ok, strict=True):
+            if ctx == "drafter":
+                if ok:
+                    drafter_stored.append(int(stored))
+                continue
+            if ctx != "target" or not ok:
+                continue
+            tried = bool(drafter_stored) or bool(((a_lines > prev_line) & (a_lines < line)).any()) or bool(
+                ((f_lines > prev_line) & (f_lines < line)).any())
+            boundary = bool(((bounds > prev_line) & (bounds < line)).any())
+            if tried and prev_line >= 0 and not boundary:
+                n += 1
+                hit = int(stored) in drafter_stored
+                good += hit
+                last = hit
+                if not hit and first_bad is None:
+                    first_bad = int(line)
+            prev_line = int(line)
+            drafter_stored = []
+    return n, good, source, first_bad, last
+
+
+def _acceptance_details(result: Any) -> tuple[int, float | None, list[float]]:
+    ev = result.events
+    steps = ev[ev["kind"] == "accepted"]
+    n_steps = len(steps)
+    mean_len: float | None = None
+    per_pos: list[float] = []
+    for text in ev.loc[ev["kind"] == "draft_stats", "detail"]:
+        d = json.loads(text)
+        for key in ("mean_len", "mean_acc_len"):
+            if d.get(key):
+                mean_len = float(d[key])
+        if d.get("acc_per_pos"):
+            try:
+                per_pos = [float(v) for v in str(d["acc_per_pos"]).split(",") if v.strip()]
+            except ValueError:
+                per_pos = []
+    if mean_len is None and n_steps:
+        acc = sum(int(json.loads(t)["accepted"]) for t in steps["detail"])
+        mean_len = round(1 + acc / n_steps, 3)
+    return n_steps, mean_len, per_pos
+
+
+def cycle_stats(result: Any) -> CycleStats:
+    n, good, source, first_bad, last = _in_step(result)
+    n_steps, mean_len, per_pos = _acceptance_details(result)
+    rate = (result.verdict.acceptance or {}).get("rate")
+    return CycleStats(n, good, source, first_bad, last, n_steps, mean_len, rate, per_pos)

@@ -1,0 +1,488 @@
+"""Named failure signatures: which known bug a log shows, why, and what to do next.
+
+The catalogue is data: one `Signature` per bug family, tried in order (most specific first), each with a
+rule over the reader's ParseResult that returns a `Match` (the numbers and the log lines that prove it)
+or None. Next steps are templates filled from the log's own environment (build, GPUs, flags, spec type),
+and a step can say when it applies, so the advice fits the reporter's setup.
+
+Text taken from a log never goes into explanations or steps as prose: values from the log (spec type,
+build) are reduced to a safe alphabet and shown inside code spans.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analyze.cycles import CycleStats, cycle_stats
+from analyze.verdict import stale_drafter
+
+DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def _safe(value: Any, limit: int = 40) -> str:
+    return _SAFE.sub("", str(value))[:limit]
+
+
+@dataclass(slots=True, frozen=True)
+class Env:
+    """What the log says about the setup; every string is already reduced to [A-Za-z0-9._+-]."""
+
+    build: str = ""
+    backends: tuple[str, ...] = ()
+    n_gpus: int = 0
+    spec_type: str = ""
+    mrope: bool = False
+    parallel: int | None = None
+    kv_unified: bool = False
+    split_mode: str = ""
+    dflash: bool = False
+    batch_debug: bool = False
+    kv_cache_debug: bool = False
+    stale_kv_clear: bool = False  # the log shows beellama.cpp v0.3.0's clear running
+    speculative: bool = False
+
+    @property
+    def debug_missing(self) -> bool:
+        return not (self.batch_debug and self.kv_cache_debug)
+
+    def fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__} | {
+            "backend": "/".join(self.backends) or "unknown backend"}
+
+    def lines(self) -> list[str]:
+        """`key: value` lines for a report's environment block (only what the log said)."""
+        out = []
+        for key, value in (("build", self.build), ("backends", ", ".join(self.backends)),
+                           ("GPUs", self.n_gpus or ""), ("spec type", self.spec_type),
+                           ("M-RoPE", "yes" if self.mrope else ""),
+                           ("--parallel", "" if self.parallel is None else self.parallel),
+                           ("--kv-unified", "on" if self.kv_unified else ""), ("split mode", self.split_mode),
+                           ("debug lines", ", ".join(n for n, on in (("batch", self.batch_debug),
+                                                                     ("kv", self.kv_cache_debug)) if on))):
+            if value not in ("", None):
+                out.append(f"{key}: {value}")
+        return out
+
+
+def _flag(flags: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in flags:
+            return flags[name]
+    return None
+
+
+def env_of(result: Any) -> Env:
+    meta = result.meta or {}
+    flags = meta.get("flags") or {}
+    versions = meta.get("versions") or []
+    build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
+    spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
+    parallel = _flag(flags, "--parallel", "-np")
+    try:
+        parallel = int(parallel) if parallel not in (None, True) else None
+    except ValueError:
+        parallel = None
+    kvu = _flag(flags, "--kv-unified", "-kvu")
+    ev, err = result.events, result.errors
+    patterns = {json.loads(d).get("pattern") for d in ev["detail"]} if len(ev) else set()
+    dflash = ("dflash" in str(spec).lower() or bool((ev["kind"] == "dflash").any())
+              or bool(err["evidence"].fillna("").str.contains("dflash", case=False).any())
+              or bool(patterns & {"dflash_clear_stale", "dflash_clear_seq", "dflash_histogram"}))
+    return Env(
+        build=_safe(build.replace(" (", "-").rstrip(")")),
+        backends=tuple(_safe(b) for b in meta.get("backends") or ()),
+        n_gpus=int(meta.get("n_gpus") or 0),
+        spec_type=_safe(spec),
+        mrope=bool(meta.get("mrope")),
+        parallel=parallel,
+        kv_unified=kvu is not None and str(kvu).lower() not in ("0", "false", "off"),
+        split_mode=_safe(_flag(flags, "--split-mode", "-sm") or ""),
+        dflash=dflash,
+        batch_debug=bool(meta.get("batch_debug")),
+        kv_cache_debug=bool(meta.get("kv_cache_debug")),
+        stale_kv_clear=bool(patterns & {"dflash_clear_stale", "dflash_clear_seq"}),
+        speculative=bool(meta.get("speculative")),
+    )
+
+
+@dataclass(slots=True, frozen=True)
+class Step:
+    """One next step: a template over Env.fields(), shown when `when(env)` holds (always if None)."""
+
+    text: str
+    when: Callable[[Env], bool] | None = None
+
+    def render(self, env: Env) -> str | None:
+        if self.when is not None and not self.when(env):
+            return None
+        return self.text.format(**env.fields())
+
+
+@dataclass(slots=True, frozen=True)
+class Match:
+    """Why a rule fired: a one-line statement with the numbers, and the log lines that show it."""
+
+    detail: str
+    evidence: tuple[tuple[int, str], ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+    key: str = ""  # what separates reports of this signature into finer clusters (variant, spec type)
+
+
+@dataclass(slots=True, frozen=True)
+class Signature:
+    name: str
+    title: str
+    rule: Callable[[Any, CycleStats], Match | None]
+    explanation: str
+    next_steps: tuple[Step, ...]
+    failure: bool = True  # False for the healthy signature
+
+
+@dataclass(slots=True)
+class SignatureMatch:
+    signature: Signature
+    match: Match
+    env: Env
+    steps: list[str]
+    cycles: CycleStats
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature.name, "title": self.signature.title, "failure": self.signature.failure,
+            "detail": self.match.detail, "key": self.match.key, "facts": self.match.facts,
+            "evidence": [{"line": n, "text": t} for n, t in self.match.evidence],
+            "explanation": self.signature.explanation, "next_steps": self.steps,
+            "cycles": self.cycles.to_dict(),
+        }
+
+
+# ---- helpers over the tables -------------------------------------------------------------------------
+
+def _positions(result: Any) -> pd.DataFrame:
+    e = result.errors
+    return e[e["kind"] == "inconsistent_positions"]
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
+    """The X and Y lines of one failure block (and its caller line), from the reader's kept lines."""
+    keep = []
+    for n, text in json.loads(row["lines"]):
+        if "is X =" in text or "starting position of Y" in text or "M-RoPE" in text or "consecutive" in text:
+            keep.append((int(n), text.strip()))
+    ev_line = _int(row["evidence_line"])
+    if ev_line is not None and row["evidence"] and all(n != ev_line for n, _ in keep):
+        keep.append((ev_line, str(row["evidence"]).strip()))
+    return keep
+
+
+def _block_lines(row: pd.Series, limit: int = 4) -> list[tuple[int, str]]:
+    return [(int(n), t.strip()) for n, t in json.loads(row["lines"])[:limit]]
+
+
+def _complete(pos: pd.DataFrame) -> pd.DataFrame:
+    return pos[pos["last_pos"].notna() & pos["batch_start"].notna()]
+
+
+def _slots(result: Any) -> list[tuple[int, int]]:
+    """(line, slot id) of every server slot line the reader kept (events detail `slot`)."""
+    out = []
+    for line, text in zip(result.events["line"], result.events["detail"], strict=True):
+        slot = json.loads(text).get("slot")
+        if slot is not None:
+            out.append((int(line), int(slot)))
+    return out
+
+
+# ---- rules --------------------------------------------------------------------------------------------
+
+def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
+    pos = _positions(result)
+    if not stale_drafter(pos):
+        return None
+    d = _complete(pos[pos["component"] == "drafter"])
+    first, last = d.iloc[0], d.iloc[-1]
+    x = int(first["last_pos"])
+    ys = d["batch_start"].astype("int64")
+    evidence = _xy_lines(first) + ([] if len(d) == 1 else _xy_lines(last))
+    return Match(
+        f"{len(d)} drafter batches refused: the drafter's cache stayed at X = {x} while Y climbed from "
+        f"{int(ys.iloc[0])} to {int(ys.iloc[-1])} (the target's position, {int(ys.iloc[0]) - x - 1} ahead).",
+        tuple(evidence), {"x": x, "y_first": int(ys.iloc[0]), "y_last": int(ys.iloc[-1]), "n": len(d)},
+        key=str(first["variant"]))
+
+
+def rule_mrope(result: Any, _c: CycleStats) -> Match | None:
+    pos = _positions(result)
+    m = pos[pos["variant"].isin(["mrope_lt", "mrope_le"])]
+    if m.empty:
+        return None
+    c = _complete(m)
+    row = c.iloc[0] if len(c) else m.iloc[0]
+    op = "<" if row["variant"] == "mrope_lt" else "<="
+    x, y = _int(row["last_pos"]), _int(row["batch_start"])
+    where = f"X = {x}, Y = {y}" if x is not None and y is not None else "X/Y cut off"
+    return Match(
+        f"{len(m)} {row['component']} batch{'es' if len(m) != 1 else ''} refused by the M-RoPE rule X {op} Y "
+        f"({where}).", tuple(_xy_lines(row)),
+        {"op": op, "x": x, "y": y, "n": len(m), "component": str(row["component"])}, key=str(row["variant"]))
+
+
+def rule_not_rolled_back(result: Any, _c: CycleStats) -> Match | None:
+    d = _complete(_positions(result))
+    d = d[(d["component"] == "drafter") & (d["last_pos"] >= d["batch_start"])]
+    if d.empty:
+        return None
+    row = d.iloc[0]
+    x, y = int(row["last_pos"]), int(row["batch_start"])
+    return Match(
+        f"{len(d)} drafter batch{'es' if len(d) != 1 else ''} refused with the drafter's cache ahead of the batch: "
+        f"X = {x} >= Y = {y} ({x - y + 1} rejected position{'s' if x - y + 1 != 1 else ''} still stored).",
+        tuple(_xy_lines(row)), {"x": x, "y": y, "n": len(d)}, key=str(row["variant"]))
+
+
+def rule_parallel_slot(result: Any, _c: CycleStats) -> Match | None:
+    err = result.errors
+    failing = err[err["seq_id"].notna() & err["kind"].isin(["inconsistent_positions", "decode_failed"])]
+    slots = _slots(result)
+    if failing.empty or not slots:
+        return None
+    row = failing.iloc[0]
+    seq, line = int(row["seq_id"]), int(row["line"])
+    before = [s for n, s in slots if n < line]
+    # llama-server gives slot N the sequence id N: a failing sequence that is not the slot at work is
+    # another slot's state leaking in (or slots sharing one stream under --kv-unified).
+    mismatch = bool(before) and before[-1] != seq
+    after = sorted({s for n, s in slots if n > line})
+    many = len(after) >= 2
+    if not (mismatch or (many and seq not in after)):
+        return None
+    lines = _block_lines(row, 2)
+    detail = (f"sequence {seq} failed while the slot lines around it are for slot"
+              f"{'s' if len(set(before[-1:] + after)) > 1 else ''} {', '.join(map(str, sorted(set(before[-1:] + after))))}"
+              + (f"; {len(after)} slots stopped right after it" if many else "") + ".")
+    return Match(detail, tuple(lines + _slot_lines(row)), {"seq_id": seq, "slot_before": before[-1] if before else None,
+                                                           "slots_after": after}, key="seq!=slot")
+
+
+def _slot_lines(row: pd.Series) -> list[tuple[int, str]]:
+    return [(int(n), t.strip()) for n, t in json.loads(row["lines"]) if "send_error" in t][:3]
+
+
+NOT_CONTINUOUS = ("not_continuous", "decreasing", "diverged", "incompatible_sets", "coupled_split")
+
+
+def rule_not_continuous(result: Any, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["variant"].isin(NOT_CONTINUOUS)]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    return Match(f"{len(rows)} batch{'es' if len(rows) != 1 else ''} refused: sequence {_int(row['seq_id'])} "
+                 f"{str(row['variant']).replace('_', ' ')} inside one batch ({row['component']}).",
+                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
+
+
+def rule_spec_assert(result: Any, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["kind"] == "assert"]
+    if rows.empty:
+        return None
+    drafter = rows[rows["component"] == "drafter"]
+    if drafter.empty and not result.meta.get("speculative"):
+        return None
+    row = drafter.iloc[0] if len(drafter) else rows.iloc[0]
+    return Match(f"llama.cpp aborted in the speculative path ({row['variant']}, {row['component']} side); "
+                 f"{len(rows)} abort{'s' if len(rows) != 1 else ''} in the log.",
+                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
+
+
+def rule_kv_full(result: Any, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["kind"] == "kv_slot"]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    shifts = [int(n) for n, d in zip(result.events["line"], result.events["detail"], strict=True)
+              if json.loads(d).get("pattern") == "context_shift"]
+    return Match(f"the {row['component']} KV cache had no room ({row['variant']}"
+                 f"{', ret = ' + str(_int(row['ret'])) if _int(row['ret']) is not None else ''}); "
+                 f"{len(rows)} such failure{'s' if len(rows) != 1 else ''}, {len(shifts)} context shift"
+                 f"{'s' if len(shifts) != 1 else ''}.",
+                 tuple(_block_lines(row)), {"n": len(rows), "context_shifts": len(shifts)}, key=str(row["variant"]))
+
+
+def rule_healthy(result: Any, c: CycleStats) -> Match | None:
+    v = result.verdict
+    if len(result.errors) or (v.kind != "draft_stats_only" and not (c.n_cycles and c.drafter_in_step)):
+        return None
+    acc = v.acceptance or {}
+    parts = []
+    if acc:
+        rate = acc.get("rate")
+        parts.append(f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens accepted"
+                     + (f" ({rate:.1%})" if rate is not None else ""))
+    if c.mean_accepted_len is not None:
+        parts.append(f"mean accepted length {c.mean_accepted_len:g}")
+    if c.accepted_per_position:
+        parts.append("per position " + ", ".join(f"{p:.2f}" for p in c.accepted_per_position))
+    if c.n_cycles:
+        parts.append(f"drafter in step in {c.in_step} of {c.n_cycles} cycles")
+    return Match("no failure; " + ("; ".join(parts) or "draft statistics only") + ".", (),
+                 {"acceptance": acc, "mean_accepted_len": c.mean_accepted_len,
+                  "accepted_per_position": c.accepted_per_position}, key="")
+
+
+def rule_fallback(result: Any, _c: CycleStats) -> Match | None:
+    v = result.verdict
+    return Match(v.summary, tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:6]), {"kind": v.kind},
+                 key=v.kind)
+
+
+# ---- the catalogue ------------------------------------------------------------------------------------
+
+def _no_debug(e: Env) -> bool:
+    return e.debug_missing
+
+
+RERUN_DEBUG = Step(f"Rerun with `{DEBUG_ENV}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
+                   "batch and every stored KV position is in the log.", _no_debug)
+SINGLE_GPU = Step("Try a single GPU (`CUDA_VISIBLE_DEVICES=0`, or `--split-mode none`): the log shows {n_gpus} "
+                  "GPUs, and a failure that goes away on one GPU points at the split.", lambda e: e.n_gpus > 1)
+NO_KVU = Step("Rerun without `--kv-unified`: with one shared KV stream, slots and the drafter see each "
+              "other's positions.", lambda e: e.kv_unified)
+PARALLEL_1 = Step("Rerun with `--parallel 1`: the log runs {parallel} slots; if one slot works, the bug is in "
+                  "how slots map to sequences.", lambda e: (e.parallel or 0) > 1)
+REPORT_BUILD = Step("Quote the build (`{build}`) when reporting, and retest on the newest release first.",
+                    lambda e: bool(e.build))
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        "stale_drafter_kv", "Stale drafter KV cache", rule_stale_drafter,
+        "The drafter's KV cache kept positions from an earlier request or cycle: its stored max (X) stays "
+        "fixed while every new draft batch arrives at the target's current position (Y), so llama.cpp refuses "
+        "each one. The target was rewound or cleared (new prompt, prefix reuse, context shift) and the drafter "
+        "was not, which is the DFlash bug this tool was built for.",
+        (
+            Step("Known fix: beellama.cpp v0.3.0 clears stale drafter KV before drafting (it logs "
+                 "`dflash: clearing stale drafter KV for seq=...`); upgrade and retest.",
+                 lambda e: e.dflash and not e.stale_kv_clear),
+            Step("The log already shows the v0.3.0 stale-KV clear running, yet the drafter is still stale: this is "
+                 "a path the fix does not cover; report it with this log.", lambda e: e.stale_kv_clear),
+            Step("Clear the drafter's sequence whenever the target's is cleared or truncated "
+                 "(`llama_memory_seq_rm` on both contexts with the same range).", lambda e: not e.dflash),
+            RERUN_DEBUG, SINGLE_GPU, NO_KVU, PARALLEL_1, REPORT_BUILD,
+        ),
+    ),
+    Signature(
+        "mrope_position_order", "M-RoPE position order", rule_mrope,
+        "The model uses M-RoPE (multimodal rotary positions), where llama.cpp only requires positions to "
+        "grow (X < Y upstream, X <= Y in forks and older builds) instead of Y = X + 1. A batch arrived at a "
+        "position at or below what the cache already holds: usually a draft context (MTP/EAGLE) that was not "
+        "trimmed after a rejection, or image tokens whose positions were counted differently by the two sides.",
+        (
+            Step("Check whether the failing side's cache is trimmed after rejected drafts (the batch's Y is below "
+                 "the stored X)."),
+            PARALLEL_1, NO_KVU,
+            Step("Rerun with a text-only prompt: if the failure needs an image, the vision positions are the cause."),
+            RERUN_DEBUG, SINGLE_GPU, REPORT_BUILD,
+        ),
+    ),
+    Signature(
+        "drafter_not_rolled_back", "Drafter not rolled back", rule_not_rolled_back,
+        "The drafter's cache is ahead of the batch (X >= Y): positions of rejected draft tokens were kept "
+        "instead of being removed after verification, so the next draft overlaps them.",
+        (
+            Step("Make sure rejected draft positions are removed from the drafter "
+                 "(`llama_memory_seq_rm(drafter, seq, n_accepted_pos, -1)`) after every verification."),
+            Step("Known fix: beellama.cpp v0.3.0 clears stale drafter KV before drafting; upgrade and retest.",
+                 lambda e: e.dflash and not e.stale_kv_clear),
+            RERUN_DEBUG, PARALLEL_1, NO_KVU, SINGLE_GPU, REPORT_BUILD,
+        ),
+    ),
+    Signature(
+        "parallel_slot_mismatch", "Parallel-slot sequence mismatch", rule_parallel_slot,
+        "The failing sequence id is not the slot the server was working on, or several slots fail at once: "
+        "llama-server maps slot N to sequence N, so one slot's batch met another slot's cache state (slots "
+        "sharing a unified KV stream, or a slot reused without clearing its sequence).",
+        (PARALLEL_1, NO_KVU, RERUN_DEBUG,
+         Step("Note which requests were in flight (the `task` ids) when it failed; a reproducer with two "
+              "concurrent requests is what maintainers need."),
+         SINGLE_GPU, REPORT_BUILD),
+    ),
+    Signature(
+        "positions_not_continuous", "Positions not continuous inside one batch", rule_not_continuous,
+        "llama.cpp refused a batch whose own positions for one sequence skip, go backwards, or disagree with a "
+        "coupled sequence: the caller built the batch wrong, before any KV state was involved.",
+        (Step("Look at the caller that builds this batch (draft block or verify batch): positions must be "
+              "consecutive per sequence."), RERUN_DEBUG, PARALLEL_1, REPORT_BUILD),
+    ),
+    Signature(
+        "speculative_assert", "Assert or abort in the speculative path", rule_spec_assert,
+        "llama.cpp hit an assertion or aborted while drafting or verifying. A DFlash drafter is non-causal and "
+        "goes through encode(), which requires the whole batch in one ubatch (n_ubatch >= n_tokens).",
+        (
+            Step("Raise the drafter's `--ubatch-size` (or lower `--draft-max`) so a draft block fits one ubatch.",
+                 lambda e: e.dflash),
+            Step("Paste the whole backtrace (all frames): the frames name the code path."),
+            RERUN_DEBUG, SINGLE_GPU, REPORT_BUILD,
+        ),
+    ),
+    Signature(
+        "kv_cache_full", "KV cache full or fragmented", rule_kv_full,
+        "The KV cache had no free cells for a batch (`ret = 1`, no memory slot, context exceeded): the context "
+        "is full, or split among too many slots, or fragmented so no contiguous run is free.",
+        (Step("Raise `--ctx-size`, or lower `--parallel` (each slot gets ctx-size / parallel cells)."),
+         Step("Lower `--batch-size` / `--ubatch-size`, or turn on context shift if the build has it."),
+         Step("With a draft model, give the drafter its own context size (`--ctx-size-draft`).",
+              lambda e: e.speculative),
+         REPORT_BUILD),
+    ),
+    Signature(
+        "healthy_speculative", "Healthy speculative run", rule_healthy,
+        "Speculative decoding ran without a failure. Acceptance says how often the target agreed with the "
+        "drafter; the mean accepted length is tokens per verification (1 + accepted / verify steps).",
+        (Step("Nothing to fix. To speed up, compare acceptance across `--draft-max` values."),
+         Step("If a failure happens elsewhere, capture that run with `" + DEBUG_ENV + "` and `-v`.")),
+        failure=False,
+    ),
+    Signature(
+        "unclassified", "No known signature", rule_fallback,
+        "The log does not match a known signature; the verdict says what the reader found.",
+        (RERUN_DEBUG, SINGLE_GPU, PARALLEL_1, NO_KVU, REPORT_BUILD,
+         Step("Attach the whole log (not an excerpt): the lines before the first failure matter.")),
+    ),
+)
+
+BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
+ORDER: dict[str, int] = {s.name: i for i, s in enumerate(SIGNATURES)}
+
+
+def match_signature(result: Any) -> SignatureMatch:
+    """The most specific signature whose rule matches (the catalogue is ordered; the last always matches)."""
+    env = env_of(result)
+    cycles = cycle_stats(result)
+    for sig in SIGNATURES:
+        m = sig.rule(result, cycles)
+        if m is None:
+            continue
+        if sig.name == "unclassified" and result.verdict.kind in ("no_log", "other") and not len(result.errors):
+            sig = Signature(sig.name, "No failure found", sig.rule,
+                            "The log has no failure and no draft statistics.", sig.next_steps, failure=False)
+        steps = [s for s in (step.render(env) for step in sig.next_steps) if s]
+        return SignatureMatch(sig, m, env, list(dict.fromkeys(steps)), cycles)
+    raise AssertionError("the fallback signature always matches")
