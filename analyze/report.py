@@ -7,14 +7,20 @@ or render as Markdown or HTML. Only the tool's own words and numbers appear as p
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from analyze.overview import Overview, overview
+from analyze.positions import XAxis, stored_positions
+from analyze.signatures import SignatureMatch, match_signature
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
@@ -94,10 +100,10 @@ def _num(value: Any) -> str:
 _NOT_ENVIRONMENT = frozenset({"source", "bytes", "lines", "recognised_lines", "warnings"})
 
 
-def _meta_lines(meta: Mapping[str, Any]) -> list[str]:
+def _meta_lines(meta: Mapping[str, Any], skip: frozenset[str] = frozenset()) -> list[str]:
     lines = []
     for key in sorted(meta):
-        if key in _NOT_ENVIRONMENT:
+        if key in _NOT_ENVIRONMENT or key in skip:
             continue
         value = meta[key]
         if value in (None, "", [], {}):
@@ -107,50 +113,222 @@ def _meta_lines(meta: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def markdown_report(result: Any, *, name: str | None = None) -> str:
-    """The triage report for one ParseResult, as GitHub-flavoured Markdown."""
+# ---- one report, two renderings ---------------------------------------------------------------------
+# The report is built once as blocks, then written as Markdown or HTML. Prose blocks hold the tool's own
+# words in a tiny Markdown subset (escaped text, `code`, **bold**); Code blocks hold log text, which is
+# fenced in Markdown and html.escape'd in HTML, never interpreted.
+
+
+@dataclass(slots=True)
+class Prose:
+    text: str
+
+
+@dataclass(slots=True)
+class Code:
+    lines: list[str]
+
+
+@dataclass(slots=True)
+class Table:
+    header: list[str] | None  # None: a two-column key/value table with an empty header row
+    rows: list[list[str]]
+
+
+@dataclass(slots=True)
+class Bullets:
+    items: list[str]
+
+
+Block = Prose | Code | Table | Bullets
+
+# Rows of the position table: a few before the first divergence, the rest after it.
+TABLE_BEFORE, TABLE_ROWS = 4, 12
+
+
+def position_rows(result: Any, seq_id: int | None, around: int | None) -> list[dict[str, Any]]:
+    """Target and drafter stored max (kv table, else batch spans; X of a refused batch) line by line, with
+    the refused batch's Y, in a window of TABLE_ROWS rows around line `around` (the first divergence)."""
+    axis = XAxis("line", "log line")
+    sides = {ctx: stored_positions(result, ctx, seq_id, axis) for ctx in ("target", "drafter")}
+    obs = [(int(r.line), ctx, r.pos, r.source) for ctx, f in sides.items() for r in f.itertuples()]
+    err = result.errors
+    err = err[(err["kind"] == "inconsistent_positions") & err["batch_start"].notna()]
+    if seq_id is not None:
+        err = err[pd.to_numeric(err["seq_id"], errors="coerce") == seq_id]
+    ys = {int(n): int(y) for n, y in zip(err["line"], err["batch_start"], strict=True)}
+    obs += [(n, "y", y, "error") for n, y in ys.items() if n not in {o[0] for o in obs}]
+    obs.sort(key=lambda o: o[0])
+    rows: list[dict[str, Any]] = []
+    state: dict[str, Any] = {"target": None, "drafter": None}
+    for line, ctx, pos, source in obs:
+        if ctx in state:
+            state[ctx] = pos
+        row = {"line": line, "target": state["target"], "drafter": state["drafter"], "y": ys.get(line),
+               "note": "refused batch" if source == "error" or line in ys else ""}
+        if rows and rows[-1]["line"] == line:
+            rows[-1] = row | {"note": rows[-1]["note"] or row["note"]}
+        else:
+            rows.append(row)
+    if not rows:
+        return []
+    at = 0 if around is None else next((i for i, r in enumerate(rows) if r["line"] >= around), len(rows) - 1)
+    start = max(0, min(at - TABLE_BEFORE, len(rows) - TABLE_ROWS))
+    return rows[start:start + TABLE_ROWS]
+
+
+def _position_table(rows: list[dict[str, Any]]) -> Table:
+    def diff(r: dict[str, Any]) -> str:
+        if r["target"] is None or r["drafter"] is None or pd.isna(r["target"]) or pd.isna(r["drafter"]):
+            return ""
+        return _num(float(r["drafter"]) - float(r["target"]))
+
+    return Table(["line", "target stored max", "drafter stored max", "drafter - target", "batch start Y", "note"],
+                 [[str(r["line"]), _num(r["target"]), _num(r["drafter"]), diff(r), _num(r["y"]), r["note"]]
+                  for r in rows])
+
+
+def _evidence_lines(verdict: Any, sig: SignatureMatch) -> list[str]:
+    by_line: dict[int, str] = {}
+    for e in list(verdict.evidence or []):
+        by_line.setdefault(int(e.get("line", 0)), str(e.get("text", "")))
+    for n, text in sig.match.evidence:
+        by_line.setdefault(int(n), text)
+    if not by_line:
+        return []
+    width = max(len(str(n)) for n in by_line)
+    return [f"{str(n).rjust(width)} | {t}" for n, t in sorted(by_line.items())]
+
+
+# Meta keys the environment summary (signatures.Env.lines) already states.
+_SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug"})
+
+
+def report_blocks(result: Any, *, name: str | None = None) -> list[Block]:
+    """The triage report for one ParseResult, as blocks (see markdown_report / html_report)."""
     verdict = result.verdict
     ov: Overview = overview(result)
+    sig = match_signature(result)
     # Only the file name of a source path: a report is pasted in public, a home folder should not be.
     title = name or Path(str(getattr(result, "source", "") or "log")).name
-    out = [f"### kvtrace triage: {escape(title)}", ""]
+    out: list[Block] = [Prose(f"### kvtrace triage: {escape(title)}")]
     side = verdict.component or "unknown"
-    out.append(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
-               + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else ""))
-    out.append("")
+    out.append(Prose(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
+                     + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else "")))
+    out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
     if verdict.last_pos is not None and verdict.batch_start is not None:
-        out.append(
+        out.append(Prose(
             f"**First position error:** the KV cache held up to X = {_num(verdict.last_pos)}, the batch "
             f"started at Y = {_num(verdict.batch_start)} (expected {_num(int(verdict.last_pos) + 1)}; "
             f"gap {_num(int(verdict.batch_start) - int(verdict.last_pos) - 1)})."
-        )
-        out.append("")
+        ))
     elif ov.first_divergence is not None:
         d = ov.first_divergence
-        out.append(
+        out.append(Prose(
             f"**First divergence:** at line {d.line}, drafter {_num(d.drafter)} vs target {_num(d.target)} "
             f"(drafter minus target {_num(d.delta)})."
-        )
-        out.append("")
-    out.append("| | |\n|---|---|")
-    out.append(f"| lines read | {_num(getattr(result, 'lines', None))} |")
-    out.append(f"| batches (target / drafter / unknown) | {ov.n_batches} ({ov.n_target} / {ov.n_drafter} / "
-               f"{ov.n_unknown}) |")
-    out.append(f"| position errors | {_num(verdict.n_position_errors)} |")
-    out.append(f"| all errors | {ov.n_errors} |")
-    out.append(f"| resets | {ov.n_resets} |")
-    out.append(f"| draft acceptance | {ov.acceptance_text} |")
-    out.append("")
-    out.append(escape(verdict.summary) if verdict.summary else "")
-    out.append("")
-    out.append(advice(verdict.kind, side))
-    evidence = list(verdict.evidence or [])
+        ))
+    c = sig.cycles
+    rows = [
+        ["lines read", _num(getattr(result, "lines", None))],
+        ["batches (target / drafter / unknown)", f"{ov.n_batches} ({ov.n_target} / {ov.n_drafter} / {ov.n_unknown})"],
+        ["position errors", _num(verdict.n_position_errors)],
+        ["all errors", str(ov.n_errors)],
+        ["resets", str(ov.n_resets)],
+        ["draft acceptance", ov.acceptance_text],
+    ]
+    if c.mean_accepted_len is not None:
+        rows.append(["mean accepted length", _num(c.mean_accepted_len)])
+    if c.accepted_per_position:
+        rows.append(["acceptance per draft position", ", ".join(f"{p:.2f}" for p in c.accepted_per_position)])
+    if c.n_cycles:
+        rows.append(["drafter in step (cycles)", f"{c.in_step} of {c.n_cycles}"])
+    out.append(Table(None, rows))
+    if verdict.summary:
+        out.append(Prose(escape(verdict.summary)))
+    # A specific signature refines the per-kind advice (its explanation and steps fit this log better).
+    out.append(Prose(escape(sig.signature.explanation) if sig.name != "unclassified" else advice(verdict.kind, side)))
+    evidence = _evidence_lines(verdict, sig)
     if evidence:
-        out += ["", "**Evidence** (line numbers in the log):", ""]
-        width = max(len(str(e.get("line", ""))) for e in evidence)
-        out.append(fence(f"{str(e.get('line', '')).rjust(width)} | {e.get('text', '')}" for e in evidence))
-    env = _meta_lines(result.meta or {})
+        out += [Prose("**Evidence** (line numbers in the log):"), Code(evidence)]
+    d = ov.first_divergence
+    seq = verdict.seq_id if verdict.seq_id is not None else (d.seq_id if d is not None else None)
+    table = position_rows(result, seq, d.line if d is not None else None)
+    if table and any(r["target"] is not None or r["drafter"] is not None for r in table):
+        out += [Prose("**Positions around the first divergence** (stored max per context; log line numbers):"),
+                _position_table(table)]
+    env = sig.env.lines() + _meta_lines(result.meta or {}, _SUMMARISED)
     if env:
-        out += ["", "**Environment** (from the log):", "", fence(env)]
-    out += ["", "<sub>made with kvtrace</sub>", ""]
-    return "\n".join(out)
+        out += [Prose("**Environment** (from the log):"), Code(env)]
+    if sig.steps:
+        out += [Prose("**Next steps:**"), Bullets(sig.steps)]
+    out.append(Prose("<sub>made with kvtrace</sub>"))
+    return out
+
+
+def _md_table(t: Table) -> str:
+    head = t.header or ["", ""]
+    lines = ["| " + " | ".join(head) + " |" if t.header else "| | |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in t.rows]
+    return "\n".join(lines)
+
+
+def markdown_report(result: Any, *, name: str | None = None) -> str:
+    """The triage report for one ParseResult, as GitHub-flavoured Markdown."""
+    parts = []
+    for b in report_blocks(result, name=name):
+        if isinstance(b, Prose):
+            parts.append(b.text)
+        elif isinstance(b, Code):
+            parts.append(fence(b.lines))
+        elif isinstance(b, Table):
+            parts.append(_md_table(b))
+        else:
+            parts.append("\n".join(f"- {item}" for item in b.items))
+    return "\n\n".join(parts) + "\n"
+
+
+_UNESCAPE = re.compile(r"\\([\\`*_\[\]<>|~#&$])")
+
+
+def _html_inline(text: str) -> str:
+    """The tool's Markdown subset as HTML: everything escaped first, then `code` and **bold** only."""
+    out = []
+    for i, part in enumerate(re.split(r"(`[^`]*`)", text)):
+        if i % 2:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        part = html.escape(_UNESCAPE.sub(r"\1", part))
+        out.append(re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part))
+    return "".join(out)
+
+
+_CSS = ("body{font:14px/1.5 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
+        "pre{background:#f6f8fa;padding:.8em;overflow-x:auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #d0d7de;padding:.2em .6em;text-align:left}")
+
+
+def html_report(result: Any, *, name: str | None = None) -> str:
+    """The same report as a standalone HTML page; log text is html.escape'd inside <pre>, never markup."""
+    blocks = report_blocks(result, name=name)
+    body = []
+    for b in blocks:
+        if isinstance(b, Prose):
+            if b.text.startswith("### "):
+                body.append(f"<h3>{_html_inline(b.text[4:])}</h3>")
+            elif b.text == "<sub>made with kvtrace</sub>":
+                body.append("<p><small>made with kvtrace</small></p>")
+            else:
+                body.append(f"<p>{_html_inline(b.text)}</p>")
+        elif isinstance(b, Code):
+            body.append("<pre><code>" + html.escape("\n".join(b.lines)) + "</code></pre>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{_html_inline(h)}</th>" for h in b.header) if b.header else ""
+            rows = "".join("<tr>" + "".join(f"<td>{_html_inline(c)}</td>" for c in r) + "</tr>" for r in b.rows)
+            body.append(f"<table>{'<tr>' + head + '</tr>' if head else ''}{rows}</table>")
+        else:
+            body.append("<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in b.items) + "</ul>")
+    title = html.escape(_UNESCAPE.sub(r"\1", blocks[0].text[4:])) if isinstance(blocks[0], Prose) else ""
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{title}</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")

@@ -214,15 +214,17 @@ def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
     pos = _positions(result)
     if not stale_drafter(pos):
         return None
-    d = _complete(pos[pos["component"] == "drafter"])
-    first, last = d.iloc[0], d.iloc[-1]
+    d = pos[pos["component"] == "drafter"]
+    c = _complete(d)
+    first, last = c.iloc[0], c.iloc[-1]
     x = int(first["last_pos"])
-    ys = d["batch_start"].astype("int64")
-    evidence = _xy_lines(first) + ([] if len(d) == 1 else _xy_lines(last))
+    ys = d["batch_start"].dropna().astype("int64")
+    evidence = _xy_lines(first) + ([] if len(c) == 1 else _xy_lines(last))
     return Match(
-        f"{len(d)} drafter batches refused: the drafter's cache stayed at X = {x} while Y climbed from "
-        f"{int(ys.iloc[0])} to {int(ys.iloc[-1])} (the target's position, {int(ys.iloc[0]) - x - 1} ahead).",
-        tuple(evidence), {"x": x, "y_first": int(ys.iloc[0]), "y_last": int(ys.iloc[-1]), "n": len(d)},
+        f"{len(d)} drafter batches refused: the drafter's cache stayed at X = {x} while the draft batches "
+        f"arrived at the target's positions, Y = {int(ys.min())} to {int(ys.max())} "
+        f"(the first one {int(first['batch_start']) - x - 1} positions past the cache).",
+        tuple(evidence), {"x": x, "y_min": int(ys.min()), "y_max": int(ys.max()), "n": len(d)},
         key=str(first["variant"]))
 
 
@@ -272,11 +274,12 @@ def rule_parallel_slot(result: Any, _c: CycleStats) -> Match | None:
     if not (mismatch or (many and seq not in after)):
         return None
     lines = _block_lines(row, 2)
+    around = sorted(set(before[-1:] + after))
     detail = (f"sequence {seq} failed while the slot lines around it are for slot"
-              f"{'s' if len(set(before[-1:] + after)) > 1 else ''} {', '.join(map(str, sorted(set(before[-1:] + after))))}"
+              f"{'s' if len(around) > 1 else ''} {', '.join(map(str, around))}"
               + (f"; {len(after)} slots stopped right after it" if many else "") + ".")
-    return Match(detail, tuple(lines + _slot_lines(row)), {"seq_id": seq, "slot_before": before[-1] if before else None,
-                                                           "slots_after": after}, key="seq!=slot")
+    facts = {"seq_id": seq, "slot_before": before[-1] if before else None, "slots_after": after}
+    return Match(detail, tuple(lines + _slot_lines(row)), facts, key="seq!=slot")
 
 
 def _slot_lines(row: pd.Series) -> list[tuple[int, str]]:
