@@ -138,8 +138,12 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
     """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
     raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
     ends (`end N`); stdin closing without that means the wrapper is gone."""
-    with contextlib.suppress(OSError):
-        os.nice(10)  # the program being captured always comes first
+    # The program being captured always comes first: parse only on a core nothing else wants.
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(19)
     from analyze import StreamParser
 
     parser = StreamParser()
@@ -259,6 +263,12 @@ class LiveParse:
         proc = self._proc
         if proc is None or proc.stdin is None:
             return False
+        if end_offset == self.start_offset and self.first_error_at is None:
+            # Nothing was captured: nothing to wait for (it may still be importing the reader).
+            proc.kill()
+            proc.wait()
+            self.complete = True
+            return True
         with contextlib.suppress(OSError):
             proc.stdin.write(b"end %d\n" % end_offset)
             proc.stdin.flush()

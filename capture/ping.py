@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper."
 DEFAULT_MAX_TOKENS = 64
@@ -178,6 +177,8 @@ def send_requests(cfg: PingConfig) -> list[RequestRecord]:
 
 
 def write_requests(records: list[RequestRecord], path: Path) -> None:
+    import pandas as pd  # only a pinged capture needs it
+
     columns = list(RequestRecord.__dataclass_fields__)
     df = pd.DataFrame([asdict(r) for r in records], columns=columns)
     for col in ("status", "draft_n", "draft_n_accepted", "prompt_n", "predicted_n", "content_chars"):
