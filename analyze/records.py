@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
 
 NA = -(2**63)  # a missing integer inside an array('q')
 
@@ -16,6 +15,7 @@ NA = -(2**63)  # a missing integer inside an array('q')
 SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "assert": 1}
 
 MAX_EVIDENCE = 12
+KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)
 
 
 @dataclass(slots=True)
@@ -40,10 +40,11 @@ class Failure:
     block_closed: bool = False
     batch: int | None = None
     lines: list[tuple[int, str]] = field(default_factory=list)
+    keep_lines: bool = True
 
     def add_line(self, no: int, text: str) -> None:
         self.last_line = no
-        if len(self.lines) < MAX_EVIDENCE:
+        if self.keep_lines and len(self.lines) < MAX_EVIDENCE:
             self.lines.append((no, text))
 
 
@@ -55,7 +56,7 @@ class Event:
     context: str
     seq_id: int | None
     pos: int | None
-    detail: dict[str, Any]
+    detail: str  # JSON object
 
 
 @dataclass(slots=True)

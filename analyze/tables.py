@@ -155,7 +155,7 @@ def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
 def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = [
         {"line": e.line, "t": e.t, "kind": e.kind, "context": e.context, "seq_id": e.seq_id, "pos": e.pos,
-         "detail": readable(json.dumps(e.detail, sort_keys=True, ensure_ascii=False))}
+         "detail": e.detail}
         for e in w.events
     ]
     df = pd.DataFrame(rows, columns=EVENT_COLUMNS)

@@ -6,6 +6,7 @@ It is fed lines in order, any number at a time, so the same code serves a whole 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -14,6 +15,7 @@ from analyze.normalize import message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
+    KEEP_LINES_FOR,
     NA,
     SEVERITY,
     BatchColumns,
@@ -280,7 +282,7 @@ class Walker:
     def _open_failure(self, no: int, line: str, kind: str, stage: int) -> Failure:
         self._close_failure()
         t, _ = self._time(line)
-        f = Failure(line=no, t=t, kind=kind, stage=stage, last_line=no)
+        f = Failure(line=no, t=t, kind=kind, stage=stage, last_line=no, keep_lines=len(self.failures) < KEEP_LINES_FOR)
         # a failure right after a batch dump (before find_slot placed it) is that batch's failure
         if self._cur_rows and not self._cur_found_slot or self._dump in (_INPUT, _SEQS):
             self._flush_input()
@@ -397,7 +399,9 @@ class Walker:
         except ValueError:
             pos_i = None
         t, _ = self._time(line)
-        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, detail))
+        # kept as JSON text at once: a dict per event would dominate memory on a big log
+        text = readable(json.dumps(detail, sort_keys=True, ensure_ascii=False))
+        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text))
 
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
         meta = self.meta
