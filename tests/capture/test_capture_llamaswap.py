@@ -126,3 +126,61 @@ def test_config_errors(tmp_path: Path) -> None:
         resolve(empty, "a", port=1)
     with pytest.raises(ConfigError, match="cannot read llama-swap config"):
         resolve(tmp_path / "absent.yaml", "a", port=1)
+
+
+SERVER = """
+import http.server, json, sys
+port, record = int(sys.argv[sys.argv.index("--port") + 1]), sys.argv[sys.argv.index("--record") + 1]
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/ready" else 404)
+        self.end_headers()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open(record, "a") as f:
+            f.write(json.dumps({"path": self.path, "body": body}) + "\\n")
+        out = json.dumps({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                          "timings": {"draft_n": 4, "draft_n_accepted": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("srv  log_server_r: " + (fmt % args) + "\\n")
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_ping_uses_the_models_own_parameters(tmp_path: Path, py: str) -> None:
+    server = write_script(tmp_path / "server.py", SERVER)
+    record = tmp_path / "requests.jsonl"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+models:
+  qwen-dflash:
+    cmd: {py} {server} --port ${{PORT}} --record {record}
+    checkEndpoint: /ready
+    filters:
+      setParams:
+        top_k: 20
+      setParamsByID:
+        "${{MODEL_ID}}:coding":
+          temperature: 0.6
+""")
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "llama-swap", str(config), "qwen-dflash:coding", "--ping", "2",
+                       "--max-tokens", "5", "--out", str(out), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [s["path"] for s in sent] == ["/v1/chat/completions"] * 2
+    body = sent[0]["body"]
+    assert body["model"] == "qwen-dflash:coding" and body["max_tokens"] == 5
+    assert body["top_k"] == 20 and body["temperature"] == 0.6
+    m = manifest(out)
+    assert m["ping"]["answered"] == 2 and m["ping"]["draft_n"] == 8
+    assert m["ping_config"]["health_path"] == "/ready"
+    assert b"POST /v1/chat/completions" in (out / "raw.log").read_bytes()

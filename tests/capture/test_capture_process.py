@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pty
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 from tests.capture.capture_helpers import (
     file_contains,
     free_port,
+    kvtrace_argv,
     manifest,
     pid_alive,
     run_kvtrace,
@@ -314,3 +318,42 @@ def test_debug_environment_is_set_and_can_be_turned_off(tmp_path: Path, py: str)
     m = manifest(out)
     assert m["env_set"]["MY_TOKEN"] == "***"
     assert m["env_unset"] == ["LLAMA_KV_CACHE_DEBUG"]
+
+
+def test_status_line_updates_in_place_on_a_terminal(tmp_path: Path, py: str) -> None:
+    child = write_script(tmp_path / "slow.py", """
+        import os, time
+        for i in range(12):
+            os.write(2, b"0.00.%03d.000 D find_slot: stream[0], n = %5d, used = %5d, head = %5d, size =   512, "
+                        b"n_swa = 0\\n" % (i, i, i, i))
+            time.sleep(0.15)
+    """)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(kvtrace_argv() + ["capture", "run", "--out", str(tmp_path / "s"), "--", py,
+                                              str(child)], cwd=tmp_path, stdout=slave, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side closed
+            break
+        if not data:
+            break
+        seen += data
+    proc.wait(30)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"\r\x1b[Kkvtrace: " in seen  # drawn in place, between the echoed lines
+    assert b" lines " in seen and b"target pos" in seen
+    assert b"find_slot: stream[0], n =    11" in seen  # the echo
+
+
+def test_json_summary_for_scripts(tmp_path: Path, py: str) -> None:
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--json", "--out", str(out), "--", py, "-c", "print('hello')",
+                       cwd=tmp_path)
+    assert proc.returncode == 0
+    summary = json.loads(proc.stdout)  # only the summary: the log is not echoed with --json
+    assert summary["session"] == str(out) and summary["stop_reason"] == "program exited"
+    assert summary["returncode"] == 0 and summary["bytes"] == len(b"hello\n")
