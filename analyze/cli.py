@@ -161,8 +161,13 @@ def format_verdict(v: Any) -> str:
 @cli.command()
 @sources_argument
 @json_option
+@click.option("--table", is_flag=True, help="One row per log with its failure signature, clustered so reports "
+              "of the same bug sit together (Markdown).")
+@click.option("--csv", "as_csv", is_flag=True, help="The --table as CSV.")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="With --table: parse N logs at once.")
 @progress_option
-def triage(sources: tuple[str, ...], as_json: bool, progress: bool | None) -> None:
+def triage(sources: tuple[str, ...], as_json: bool, table: bool, as_csv: bool, jobs: int,
+           progress: bool | None) -> None:
     """One verdict per log: what failed, on which side (target or drafter), where, and the evidence.
 
     Exit 0 whenever the inputs were read, whatever they show; 2 when one could not be read.
@@ -172,7 +177,14 @@ def triage(sources: tuple[str, ...], as_json: bool, progress: bool | None) -> No
       kvtrace triage server.log
       kvtrace triage --json reports/*.md | jq .kind
       pbpaste | kvtrace triage -
+      kvtrace triage --table --jobs 4 reports/        # one clustered row per report
+      kvtrace triage --table --csv reports/ > triage.csv
     """
+    if table or as_csv:
+        from analyze.cli_triage import triage_table
+
+        triage_table(list(expand_sources(sources)), jobs, as_csv, progress)
+        return
     bad = 0
     first = True
     for src in expand_sources(sources):
@@ -194,9 +206,12 @@ def triage(sources: tuple[str, ...], as_json: bool, progress: bool | None) -> No
 
 
 def _register() -> None:
+    from analyze.cli_triage import compare_command, export_command, report_command
     from capture.cli import capture_group
 
     cli.add_command(capture_group)
+    for command in (report_command, compare_command, export_command):
+        cli.add_command(command)
     try:
         from capture.cli import demo_command
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analyze.overview import Overview, overview
 from analyze.positions import XAxis, stored_positions
-from analyze.signatures import SignatureMatch, match_signature
+from analyze.signatures import SignatureMatch, match_signature, plain_summary
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
@@ -244,8 +244,9 @@ def report_blocks(result: Any, *, name: str | None = None) -> list[Block]:
     if c.n_cycles:
         rows.append(["drafter in step (cycles)", f"{c.in_step} of {c.n_cycles}"])
     out.append(Table(None, rows))
-    if verdict.summary:
-        out.append(Prose(escape(verdict.summary)))
+    summary = plain_summary(verdict)  # never a quote from the log outside a fence
+    if summary:
+        out.append(Prose(escape(summary)))
     # A specific signature refines the per-kind advice (its explanation and steps fit this log better).
     out.append(Prose(escape(sig.signature.explanation) if sig.name != "unclassified" else advice(verdict.kind, side)))
     evidence = _evidence_lines(verdict, sig)

@@ -350,10 +350,19 @@ def rule_healthy(result: Any, c: CycleStats) -> Match | None:
                   "accepted_per_position": c.accepted_per_position}, key="")
 
 
+def plain_summary(verdict: Any) -> str:
+    """The verdict's summary where it is the tool's own words; an abort's summary quotes the log (its
+    assert line), so that one is restated without the quote."""
+    if verdict.kind != "other" or not verdict.n_errors:
+        return str(verdict.summary or "")
+    side = f" ({verdict.component} side)" if verdict.component != "unknown" else ""
+    return f"llama.cpp aborted{side}; the evidence lines show where."
+
+
 def rule_fallback(result: Any, _c: CycleStats) -> Match | None:
     v = result.verdict
-    return Match(v.summary, tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:6]), {"kind": v.kind},
-                 key=v.kind)
+    return Match(plain_summary(v), tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:6]),
+                 {"kind": v.kind}, key=v.kind)
 
 
 # ---- the catalogue ------------------------------------------------------------------------------------

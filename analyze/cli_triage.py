@@ -1,0 +1,135 @@
+"""`kvtrace report`, `kvtrace compare`, `kvtrace export` and `kvtrace triage --table`: thin click commands
+over analyze.report, analyze.compare, analyze.perfetto and analyze.triage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from analyze.cli import fail, progress_option, want_progress
+
+
+def _parse(src: str, progress: bool | None) -> object:
+    import analyze
+
+    try:
+        return analyze.parse(src, progress=want_progress(progress))
+    except analyze.InputError as exc:
+        fail(str(exc))
+        raise AssertionError from exc  # fail() exits
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{out}: cannot write: {exc.strerror or exc}")
+
+
+@click.command("report")
+@click.argument("source", metavar="SOURCE")
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
+              help="Markdown (paste into a GitHub comment) or a standalone HTML page.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@progress_option
+def report_command(source: str, fmt: str, out: Path | None, progress: bool | None) -> None:
+    """A triage report for one log or session: verdict and signature, evidence lines with their line
+    numbers, positions around the first divergence, environment and next steps.
+
+    Text from the log only ever appears inside code fences (Markdown) or escaped (HTML). Exit 0 when the
+    log was read, whatever it shows; 2 when it could not be read.
+
+    \b
+    Examples:
+      kvtrace report server.log > comment.md
+      kvtrace report sessions/20261130-101500-engine-stale-drafter --format html -o report.html
+      pbpaste | kvtrace report -
+    """
+    from analyze.report import html_report, markdown_report
+
+    result = _parse(source, progress)
+    name = "stdin" if source == "-" else None
+    _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
+
+
+@click.command("compare")
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+@progress_option
+def compare_command(before: str, after: str, as_json: bool, progress: bool | None) -> None:
+    """Before/after: did B (say, a fix branch) make A's failure go away and bring the drafter back in step?
+
+    Compares failures, position errors, signature, drafter in step with the target (per draft/verify
+    cycle), draft acceptance, mean accepted length and verify steps.
+
+    \b
+    Verdict and exit status:
+      fixed          A fails, B does not           exit 0
+      unchanged      neither fails                 exit 0
+      still_failing  both fail                     exit 1
+      regressed      A does not fail, B does       exit 1
+      (a log that cannot be read, or bad usage:    exit 2)
+
+    \b
+    Examples:
+      kvtrace compare before.log after.log
+      kvtrace compare sessions/…-stale-drafter sessions/…-none --json | jq .verdict
+      kvtrace compare main.log fix.log && echo "the fix works"
+    """
+    from analyze.compare import compare, format_comparison
+
+    a, b = _parse(before, progress), _parse(after, progress)
+    c = compare(a, b, (before, after))
+    click.echo(json.dumps(c.to_dict(), indent=2) if as_json else format_comparison(c))
+    raise SystemExit(c.exit_code)
+
+
+@click.command("export")
+@click.argument("source", metavar="SOURCE")
+@click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a Chrome/Perfetto trace (JSON) here.")
+@progress_option
+def export_command(source: str, out: Path, progress: bool | None) -> None:
+    """Export one log as a trace for ui.perfetto.dev or chrome://tracing: counter tracks "target pos" and
+    "drafter pos" (stored KV max per sequence) and instant events for failures and resets.
+
+    Time is the log's own clock in microseconds when it has one, else one microsecond per log line.
+
+    \b
+    Examples:
+      kvtrace export server.log --perfetto trace.json
+      kvtrace export sessions/20261130-101500-engine-stale-drafter --perfetto stale.json
+    """
+    from analyze.perfetto import write_trace
+
+    result = _parse(source, progress)
+    try:
+        n = write_trace(result, out)
+    except OSError as exc:
+        fail(f"{out}: cannot write: {exc.strerror or exc}")
+    click.echo(f"{out}: {n} trace events", err=True)
+
+
+def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | None) -> None:
+    """`kvtrace triage --table`: one row per log, clustered; exit 2 if a log could not be read."""
+    from analyze.triage import cluster, to_csv, to_markdown, triage_rows
+
+    if jobs < 1:
+        fail("--jobs must be at least 1")
+    rows = triage_rows(sources, jobs=jobs, progress=want_progress(progress))
+    for r in rows:
+        if r.error:
+            click.echo(f"kvtrace: {r.error}", err=True)
+    good = cluster(rows)
+    click.echo(to_csv(good) if as_csv else to_markdown(good), nl=False)
+    if len(good) != len(rows):
+        raise SystemExit(2)
+
+
+__all__ = ["compare_command", "export_command", "report_command", "triage_table"]
