@@ -22,7 +22,7 @@ from capture.monitor import Terminal
 from capture.ping import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, PingConfig, Pinger
 from capture.process import Child, StopPlan, probe
 from capture.runner import EXIT_USAGE, Outcome, Source, StopRules, child_source, run_capture
-from capture.session import REQUESTS, Session, new_session
+from capture.session import REQUESTS, Session, is_session, new_session
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -155,6 +155,9 @@ def _rules(opts: CaptureOptions, keep_running: bool = False) -> StopRules:
 
 
 def _session(opts: CaptureOptions, kind: str, label: str) -> Session:
+    if opts.out is not None and is_session(opts.out):
+        # Two captures in one folder would mix their manifests: each capture gets its own.
+        raise UsageError(f"{opts.out} already holds a capture (raw.log); choose another --out")
     try:
         return new_session(kind, opts.label or label, out=opts.out, root=opts.root)
     except OSError as exc:

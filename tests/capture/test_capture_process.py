@@ -357,3 +357,12 @@ def test_json_summary_for_scripts(tmp_path: Path, py: str) -> None:
     summary = json.loads(proc.stdout)  # only the summary: the log is not echoed with --json
     assert summary["session"] == str(out) and summary["stop_reason"] == "program exited"
     assert summary["returncode"] == 0 and summary["bytes"] == len(b"hello\n")
+
+
+def test_out_folder_holding_a_capture_is_refused(tmp_path: Path, py: str) -> None:
+    out = tmp_path / "s"
+    assert run_kvtrace("capture", "run", "--out", str(out), "--", py, "-c", "print(1)", cwd=tmp_path).returncode == 0
+    again = run_kvtrace("capture", "run", "--out", str(out), "--", py, "-c", "print(2)", cwd=tmp_path)
+    assert again.returncode == 2
+    assert again.stderr.decode().strip() == f"kvtrace: error: {out} already holds a capture (raw.log); choose another --out"
+    assert (out / "raw.log").read_bytes() == b"1\n"
