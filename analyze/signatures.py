@@ -216,6 +216,10 @@ def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
         return None
     d = pos[pos["component"] == "drafter"]
     c = _complete(d)
+    # Stale means behind: some draft arrived past the stored max. X fixed with every Y at or below it is
+    # a drafter that kept its rejected positions (not rolled back), not a stale one.
+    if not (c["batch_start"] > c["last_pos"] + 1).any():
+        return None
     first, last = c.iloc[0], c.iloc[-1]
     x = int(first["last_pos"])
     ys = d["batch_start"].dropna().astype("int64")

@@ -1,0 +1,246 @@
+"""Failure signatures on real lines: the corpus reports, engine captures with each fault, the sample
+sessions, and lines built to the log-format notes where no real log has the wording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import analyze
+from analyze.signatures import BY_NAME, DEBUG_ENV, SIGNATURES, match_signature
+from capture.engine import EngineConfig, run_engine
+from capture.session import new_session
+from tests.analyze.formats import drafter_failure, new_scheme, position_error, stale_drafter_log
+from tests.conftest import CORPUS, corpus_labels
+
+ROOT = Path(__file__).resolve().parents[2]
+LABELS = corpus_labels()
+
+# The bug each report shows, read from its thread (LABELS.md and the labels' notes).
+EXPECTED = {
+    "00_beellama-28-multigpu-dflash-seed.log": "stale_drafter_kv",
+    "01_beellama-27-dflash-drafter-consecutive.log": "stale_drafter_kv",
+    "03_turboquant-pr306-mtp-ctx-dft-mrope.log": "mrope_position_order",
+    "08_llamacpp-17316-http500-seq2-parallel.log": "parallel_slot_mismatch",
+    "10_llamacpp-19953-vulkan-ngram-seq3-datetime-pid-prefix.log": "unclassified",
+    "13_llamacpp-4185-docker-compose-kv-free-space.log": "kv_cache_full",
+    "16_club3090-1106-deepseek-draft-acceptance-OK.log": "healthy_speculative",
+    "18_llamacpp-pr2926-speculative-poc-cli-stats-OK.log": "healthy_speculative",
+    "21_buun-57-mtp-parallel-mrope-x-le-y.log": "mrope_position_order",
+    "23_buun-21-dflash-assert-encode-nubatch.log": "speculative_assert",
+    "30_llamacpp-22218-ngram-mod-zero-drafts-OK.log": "healthy_speculative",
+    "31_llama-swap-726-per-step-accepted-draft-tokens-OK.log": "healthy_speculative",
+    "33_llamafile-244-epoch-prefix-kv-free-space.log": "kv_cache_full",
+}
+# What each label's error kind allows (the signature refines the verdict, never contradicts it).
+ALLOWED = {
+    "inconsistent_positions": {"stale_drafter_kv", "mrope_position_order", "drafter_not_rolled_back",
+                               "parallel_slot_mismatch", "unclassified"},
+    "decode_failed": {"positions_not_continuous", "parallel_slot_mismatch", "unclassified"},
+    "kv_slot": {"kv_cache_full"},
+    "draft_stats_only": {"healthy_speculative"},
+    "other": {"speculative_assert", "unclassified"},
+}
+
+
+def test_every_corpus_report_has_an_expected_signature() -> None:
+    assert sorted(EXPECTED) == sorted(LABELS)
+    assert set(EXPECTED.values()) <= set(BY_NAME)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_report_signature(name: str) -> None:
+    m = match_signature(analyze.parse(CORPUS / name))
+    assert m.name == EXPECTED[name]
+    assert m.name in ALLOWED[LABELS[name]["error_kind"]]
+    assert m.signature.failure == (LABELS[name]["error_kind"] != "draft_stats_only")
+    text = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    for line, quoted in m.match.evidence:  # evidence quotes the log at its own line numbers
+        assert text[line - 1].strip().endswith(quoted.strip()[-60:])
+    assert m.steps and all("{" not in s for s in m.steps)
+
+
+def test_seed_report_numbers_and_steps_fit_its_setup() -> None:
+    m = match_signature(analyze.parse(CORPUS / "00_beellama-28-multigpu-dflash-seed.log"))
+    assert m.match.facts == {"x": 259, "y_min": 1360, "y_max": 1362, "n": 3}
+    assert {149, 156} <= {line for line, _ in m.match.evidence}
+    env = m.env
+    assert (env.n_gpus, env.spec_type, env.kv_unified, env.parallel, env.dflash) == (2, "dflash", True, 1, True)
+    assert env.build == "9459-07ac3cec6"
+    steps = "\n".join(m.steps)
+    assert "beellama.cpp v0.3.0 clears stale drafter KV" in steps
+    assert "2 GPUs" in steps and "--kv-unified" in steps and DEBUG_ENV in steps
+    assert "--parallel 1" not in steps  # the report already ran one slot
+    assert "9459-07ac3cec6" in steps
+
+
+def test_steps_follow_the_log_not_a_fixed_list() -> None:
+    m = match_signature(analyze.parse(CORPUS / "01_beellama-27-dflash-drafter-consecutive.log"))
+    steps = "\n".join(m.steps)
+    assert "v0.3.0" in steps and "single GPU" not in steps and "--kv-unified" not in steps
+
+
+@pytest.fixture(scope="module")
+def engine_captures(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, bool], Path]:
+    out = {}
+    for fault in ("none", "stale-drafter", "no-rollback"):
+        for drafting in ("block", "chain"):
+            for kv in (True, False):
+                path = tmp_path_factory.mktemp(f"{fault}-{drafting}-{int(kv)}")
+                run_engine(EngineConfig(fault=fault, requests=3, cycles=24, drafting=drafting, kv_debug=kv),
+                           new_session("engine", out=path))
+                out[(fault, drafting, kv)] = path
+    return out
+
+
+FAULT_SIGNATURE = {"none": "healthy_speculative", "stale-drafter": "stale_drafter_kv",
+                   "no-rollback": "drafter_not_rolled_back"}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("fault", sorted(FAULT_SIGNATURE))
+def test_engine_capture_signature(fault: str, engine_captures: dict) -> None:
+    for (f, drafting, kv), path in engine_captures.items():
+        if f != fault:
+            continue
+        m = match_signature(analyze.parse(path))
+        assert m.name == FAULT_SIGNATURE[fault], (drafting, kv)
+        c = m.cycles
+        assert c.source == ("kv" if kv else "batches") and c.n_cycles > 40
+        assert c.drafter_in_step is (fault == "none"), (drafting, kv, c)
+        if fault == "stale-drafter":
+            assert m.match.facts["n"] == len(analyze.parse(path).errors)
+            assert m.match.facts["y_max"] > m.match.facts["x"]
+        if fault == "no-rollback":
+            assert m.match.facts["x"] >= m.match.facts["y"]
+
+
+@pytest.mark.engine
+def test_healthy_engine_runs_are_not_flagged(engine_captures: dict) -> None:
+    for (fault, drafting, kv), path in engine_captures.items():
+        if fault != "none":
+            continue
+        m = match_signature(analyze.parse(path))
+        assert not m.signature.failure and m.match.evidence == ()
+        assert m.cycles.in_step == m.cycles.n_cycles, (drafting, kv)
+        assert m.match.facts["mean_accepted_len"] > 1
+        assert "no failure" in m.match.detail
+
+
+@pytest.mark.parametrize(("sample", "expected"), [("healthy", "healthy_speculative"),
+                                                  ("stale-drafter", "stale_drafter_kv"),
+                                                  ("no-rollback", "drafter_not_rolled_back")])
+def test_sample_sessions(sample: str, expected: str) -> None:
+    assert match_signature(analyze.parse(ROOT / "samples" / sample)).name == expected
+
+
+def _parse_lines(lines: list[str]) -> analyze.ParseResult:
+    return analyze.parse(("\n".join(lines) + "\n").encode())
+
+
+def test_positions_not_continuous_inside_one_batch() -> None:
+    r = _parse_lines([
+        "0.01.000.001 I common_speculative_init: adding implementation draft-simple",
+        "0.01.000.002 E init: sequence 0 positions are not continuous",
+        "0.01.000.003 E decode: failed to initialize batch",
+        "0.01.000.004 E llama_decode: failed to decode, ret = -1",
+        "0.01.000.005 E srv        decode: Invalid input batch. off = 0, n_batch = 2048, ret = -1",
+    ])
+    m = match_signature(r)
+    assert m.name == "positions_not_continuous" and m.match.key == "not_continuous"
+    assert m.match.evidence[0] == (2, "0.01.000.002 E init: sequence 0 positions are not continuous")
+
+
+def test_kv_cache_full_with_context_shift() -> None:
+    r = _parse_lines([
+        "slot update_slots: id  0 | task 3 | slot context shift, n_keep = 0, n_left = 4094, n_discard = 2047",
+        "decode: failed to find a memory slot for batch of size 512",
+        "srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size, off = 0, "
+        "n_batch = 256, ret = 1",
+    ])
+    m = match_signature(r)
+    assert m.name == "kv_cache_full"
+    # the decode's warning and the server's retry line are one failure
+    assert m.match.facts == {"n": 1, "context_shifts": 1}
+    assert any("--ctx-size" in s for s in m.steps)
+
+
+def test_mrope_le_variant_built_to_the_notes() -> None:
+    e = new_scheme(44.0, "E")
+    lines = position_error(e, 0, 65, 20, closing="mrope_le") + [f"{new_scheme(44.1, 'W')}draft: llama_decode returned -1"]
+    m = match_signature(_parse_lines(lines))
+    assert m.name == "mrope_position_order"
+    assert m.match.facts["op"] == "<=" and (m.match.facts["x"], m.match.facts["y"]) == (65, 20)
+    assert m.env.mrope
+
+
+def test_stale_drafter_with_the_fix_already_running_says_so() -> None:
+    m = match_signature(analyze.parse(stale_drafter_log().encode()))
+    assert m.name == "stale_drafter_kv" and m.env.stale_kv_clear
+    steps = "\n".join(m.steps)
+    assert "already shows the v0.3.0 stale-KV clear" in steps and "upgrade" not in steps
+    assert DEBUG_ENV not in steps  # this log has batch and find_slot lines already
+
+
+def test_parallel_slots_and_kv_unified_feed_the_steps() -> None:
+    text = (CORPUS / "08_llamacpp-17316-http500-seq2-parallel.log").read_text(encoding="utf-8")
+    r = analyze.parse(("./llama-server -m model.gguf --parallel 4 --kv-unified\n" + text).encode())
+    m = match_signature(r)
+    assert m.name == "parallel_slot_mismatch"
+    assert m.match.facts == {"seq_id": 2, "slot_before": 3, "slots_after": [0, 1]}
+    steps = "\n".join(m.steps)
+    assert "runs 4 slots" in steps and "without `--kv-unified`" in steps
+
+
+def test_matching_slot_is_not_a_mismatch() -> None:
+    m = match_signature(analyze.parse(CORPUS / "10_llamacpp-19953-vulkan-ngram-seq3-datetime-pid-prefix.log"))
+    assert m.name == "unclassified" and m.signature.failure
+
+
+def test_drafter_x_at_or_above_y_is_not_rolled_back() -> None:
+    e = "0.02.000.000 E "
+    lines = ["0.01.000.000 I common_speculative_init: adding implementation dflash"]
+    lines += drafter_failure(e, 0, 81, 79) + drafter_failure(e, 0, 81, 80)
+    m = match_signature(_parse_lines(lines))
+    assert m.name == "drafter_not_rolled_back" and m.match.facts == {"x": 81, "y": 79, "n": 2}
+
+
+def test_assert_outside_the_speculative_path_is_unclassified() -> None:
+    lines = ["common/sampling.cpp:152: GGML_ASSERT(logits != nullptr) failed"]
+    assert match_signature(_parse_lines(lines)).name == "unclassified"
+    spec = ["common_speculative_init: adding implementation draft-simple"] + lines
+    assert match_signature(_parse_lines(spec)).name == "speculative_assert"
+
+
+def test_healthy_per_position_acceptance_and_mean_length() -> None:
+    lines = [
+        "0.10.000.000 I slot print_timing: id  0 | task 7 | draft acceptance = 0.62500 (   50 accepted /    80 "
+        "generated), mean len =  2.60",
+        "0.10.000.001 T slot print_timing: id  0 | task 7 |      acc per pos = (0.800, 0.600, 0.400, 0.200)",
+    ]
+    m = match_signature(_parse_lines(lines))
+    assert m.name == "healthy_speculative"
+    assert m.match.facts["accepted_per_position"] == [0.8, 0.6, 0.4, 0.2]
+    assert m.match.facts["mean_accepted_len"] == 2.6
+    assert "50 of 80" in m.match.detail and "per position 0.80, 0.60, 0.40, 0.20" in m.match.detail
+
+
+def test_no_log_is_not_a_failure() -> None:
+    m = match_signature(analyze.parse(b"just some prose, no llama.cpp here\n"))
+    assert m.name == "unclassified" and not m.signature.failure
+
+
+def test_log_values_in_steps_are_reduced_to_a_safe_alphabet() -> None:
+    evil = "--spec-type <img/src=x>`**pwn**`"
+    r = analyze.parse((evil + "\n" + (CORPUS / "01_beellama-27-dflash-drafter-consecutive.log").read_text()).encode())
+    m = match_signature(r)
+    assert all(c.isalnum() or c in "._+-" for c in m.env.spec_type)
+    assert "<" not in "".join(m.steps) and "**pwn" not in "".join(m.steps)
+
+
+def test_catalogue_is_data() -> None:
+    names = [s.name for s in SIGNATURES]
+    assert len(names) == len(set(names)) and names[-1] == "unclassified"
+    for s in SIGNATURES:
+        assert s.title and s.explanation and s.next_steps
