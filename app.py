@@ -91,6 +91,11 @@ def _raw_text(digest: str, _source: str | bytes) -> RawText:
     return RawText.open(_source)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _report(digest: str, _result: Any, name: str) -> str:
+    return markdown_report(_result, name=name)
+
+
 def open_source(src: Source) -> Opened:
     with st.spinner(f"Reading {src.name} ..."):
         if src.data is not None:
@@ -211,10 +216,10 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         cols[1].metric("First divergence", f"line {d.line}", how, delta_color="off", delta_arrow="off")
     else:
         cols[1].metric("First divergence", "none")
-    cols[2].metric("Position errors", v.n_position_errors)
-    cols[3].metric("Batches", ov.n_batches, f"target {ov.n_target} / drafter {ov.n_drafter}",
+    cols[2].metric("Position errors", f"{v.n_position_errors:,}")
+    cols[3].metric("All errors", f"{ov.n_errors:,}", f"{ov.n_resets:,} resets", delta_color="off", delta_arrow="off")
+    cols[4].metric("Batches", f"{ov.n_batches:,}", f"target {ov.n_target:,} / drafter {ov.n_drafter:,}",
                    delta_color="off", delta_arrow="off")
-    cols[4].metric("Errors / resets", f"{ov.n_errors} / {ov.n_resets}")
     cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off",
                    delta_arrow="off")
     if v.last_pos is not None and v.batch_start is not None:
@@ -377,7 +382,7 @@ def show_raw(op: Opened, key: str, picked: int | None) -> None:
 def show_downloads(op: Opened, key: str) -> None:
     result = op.result
     stem = Path(op.source.name).name.split(".")[0] or "log"
-    report = markdown_report(result, name=op.source.name)
+    report = _report(op.source.digest, result, op.source.name)
     c1, c2, c3 = st.columns(3)
     c1.download_button("Tables (Parquet, zip)", data=lambda: _zip_tables(result, "parquet"),
                        file_name=f"{stem}-tables-parquet.zip", mime="application/zip", key=f"dl-pq-{key}",

@@ -36,6 +36,7 @@ COLOURS = {
     "divergence": "rgba(214, 39, 40, 0.13)",
 }
 MAX_GAP_LABELS = 12  # text labels on the first errors; every error still has its segment and hover
+MAX_DETAILED_ERRORS = 3000
 
 
 def _in_range(x: np.ndarray, x_range: tuple[float, float] | None) -> np.ndarray:
@@ -71,8 +72,7 @@ def _position_traces(
             x = axis.of(part["line"], part["t"])
             keep = _in_range(x, x_range)
             x, pmin, pmax = x[keep], floats(part["pos_min"])[keep], floats(part["pos_max"])[keep]
-            failed = ~part["ok"].to_numpy(dtype=bool, na_value=True)[keep]
-            idx = minmax_indices(pmax, max_points // 2, np.flatnonzero(failed))
+            idx = minmax_indices(pmax, max_points // 2)
             if idx.size:
                 xs, ys = _segments(x[idx], pmin[idx], pmax[idx])
                 lo, hi = min(lo, np.nanmin(pmin[idx])), max(hi, np.nanmax(pmax[idx]))
@@ -87,7 +87,8 @@ def _position_traces(
         s = stored_positions(result, context, seq_id, axis)
         s = s[_in_range(s["x"].to_numpy(float), x_range)]
         pos = s["pos"].to_numpy(float)
-        idx = minmax_indices(pos, max_points, np.flatnonzero((s["source"] == "error").to_numpy()))
+        # Error X points need no forced keep here: the error trace draws every one of them exactly.
+        idx = minmax_indices(pos, max_points)
         x, y, line = s["x"].to_numpy(float)[idx], pos[idx], s["line"].to_numpy(np.int64)[idx]
         if y.size:
             lo, hi = min(lo, np.nanmin(y)), max(hi, np.nanmax(y))
@@ -123,12 +124,17 @@ def _error_traces(
     both = ~np.isnan(X) & ~np.isnan(Y)
     xs, ys = _segments(x[both], X[both], Y[both])
     gap = Y - X - 1
+    # Every error is drawn exactly, never downsampled; past a few thousand, markers and per-point hover
+    # data would only slow the browser (the segments and the table still show each one).
+    detailed = int(both.sum()) <= MAX_DETAILED_ERRORS
     add(go.Scatter(
-        x=xs, y=ys, mode="lines+markers", name=f"position error (X to Y){suffix}",
+        x=xs, y=ys, mode="lines+markers" if detailed else "lines", name=f"position error (X to Y){suffix}",
         line={"color": COLOURS["error"], "width": 2}, marker={"size": 9, "symbol": "x", "color": COLOURS["error"]},
-        customdata=np.repeat(np.column_stack([line[both], X[both], Y[both], gap[both]]), 3, axis=0),
+        customdata=np.repeat(np.column_stack([line[both], X[both], Y[both], gap[both]]), 3, axis=0)
+        if detailed else None,
         hovertemplate="position error at line %{customdata[0]}<br>stored X = %{customdata[1]}"
-                      "<br>batch Y = %{customdata[2]}<br>gap %{customdata[3]}<extra></extra>",
+                      "<br>batch Y = %{customdata[2]}<br>gap %{customdata[3]}<extra></extra>"
+        if detailed else "position error: %{y}<extra></extra>",
     ))  # fmt: skip
     only_y = np.isnan(X) & ~np.isnan(Y)
     if only_y.any():
@@ -168,6 +174,16 @@ def _resets(result: object, seq_id: int | None, axis: XAxis, x_range: tuple[floa
                          "context": ev["context"].to_numpy(object)[keep]})
 
 
+def _merge_bands(x0: np.ndarray, x1: np.ndarray, parts: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+    """Join bands closer than 1/`parts` of the drawn span: the same picture, far fewer polygons to draw."""
+    if x0.size < 2:
+        return x0, x1
+    gap = (max(x1.max(), x0.max()) - min(x0.min(), x1.min())) / parts
+    new = np.concatenate([[True], x0[1:] - x1[:-1] > gap])
+    starts = np.flatnonzero(new)
+    return x0[starts], np.maximum.reduceat(x1, starts)
+
+
 def _vertical_band_trace(x0: Sequence[float], x1: Sequence[float], lo: float, hi: float) -> tuple[np.ndarray, ...]:
     """Closed rectangles (for fill='toself') from x0 to x1 spanning lo..hi, NaN-separated."""
     x0, x1 = np.asarray(x0, float), np.asarray(x1, float)
@@ -205,7 +221,8 @@ def position_figure(
     d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
     runs = [r for r in stretches(d, tol) if x_range is None or (r.x1 >= x_range[0] and r.x0 <= x_range[1])]
     if runs:
-        xs, ys = _vertical_band_trace([r.x0 for r in runs], [r.x1 for r in runs], lo, hi)
+        x0, x1 = _merge_bands(np.array([r.x0 for r in runs]), np.array([r.x1 for r in runs]))
+        xs, ys = _vertical_band_trace(x0, x1, lo, hi)
         fig.add_trace(go.Scatter(
             x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor=COLOURS["divergence"],
             name=f"drafter and target apart (> {tol:g})", hoverinfo="skip",

@@ -55,9 +55,11 @@ class XAxis:
 
 
 def _restarts(lines: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where t drops (by more than a second, or to under a tenth of what it was): the clock restarted."""
-    back = ts[:-1] - ts[1:]
-    drop = np.flatnonzero((back > 1.0) | ((ts[1:] < ts[:-1] * 0.1) & (back > 0.01))) + 1
+    """Where t goes back (by over a millisecond): the clock restarted.
+
+    llama.cpp stamps entries in the order they are logged, so inside one process time never goes back.
+    """
+    drop = np.flatnonzero(ts[:-1] - ts[1:] > 1e-3) + 1
     if not drop.size:
         return np.empty(0, np.int64), np.zeros(1)
     # offsets[k] applies to lines from the k-th restart on; offsets[0] = 0 before the first one.

@@ -103,3 +103,28 @@ def test_time_axis_prefers_log_timestamps() -> None:
     assert choose_axis(untimed, seconds).kind == "capture_time"
     x = choose_axis(untimed, seconds).of(np.array([1, untimed.lines]))
     assert x[0] < x[1] <= 5
+
+
+def test_log_time_keeps_increasing_across_a_server_restart(tmp_path: Path) -> None:
+    # The same capture twice in one file, as when a server restarts into the same log: the logger's clock
+    # starts again at 0, the axis must not fold the second run onto the first.
+    one = (SAMPLES / "stale-drafter" / "raw.log").read_bytes()
+    twice = tmp_path / "restarted.log"
+    twice.write_bytes(one + one)
+    result = analyze.parse(twice)
+    axis = choose_axis(result)
+    assert axis.kind == "log_time" and "1 restarts joined" in axis.title
+    x = axis.of(result.batches["line"], result.batches["t"])
+    assert np.all(np.diff(x) >= 0)
+    half = len(result.batches) // 2
+    assert x[half:].min() > x[:half].max()
+
+
+def test_nearby_divergence_bands_merge_without_losing_coverage() -> None:
+    from analyze.figures import _merge_bands
+
+    x0 = np.array([0.0, 1.0, 1.0005, 50.0])
+    x1 = np.array([0.9, 1.0004, 2.0, 60.0])
+    m0, m1 = _merge_bands(x0, x1, parts=1000)  # join gaps under 0.06: only 1.0004 -> 1.0005
+    np.testing.assert_array_equal(m0, [0.0, 1.0, 50.0])
+    np.testing.assert_array_equal(m1, [0.9, 2.0, 60.0])

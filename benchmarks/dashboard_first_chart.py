@@ -1,0 +1,139 @@
+"""How long a 100 MB log takes to show its first chart in the dashboard. Target: within 10 s.
+
+    python benchmarks/dashboard_first_chart.py [--size-mb 100] [--json]
+
+The log is the reader benchmark's (real engine output with batch dumps and find_slot lines, repeated to
+size; built once under benchmarks/out/). Measured in one run, page cache warm:
+
+- library: analyze.parse(path) -> position_figure -> the figure's JSON (what Streamlit sends the browser);
+- app: the whole first script run of app.py opened on the path (KVTRACE_OPEN), through Streamlit's
+  AppTest: hashing the file, parsing, every chart, the tables and the raw view;
+- browser (what a user waits for): `kvtrace dashboard PATH` running, headless Chromium opens the page,
+  and the clock stops when the position chart is drawn. Skipped if chromium is missing (`make browser`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, built once and shared
+
+TARGET_S = 10.0
+
+
+def library(path: Path) -> dict[str, float | int]:
+    import plotly.io as pio
+
+    import analyze
+    from analyze.figures import position_figure
+
+    t0 = time.perf_counter()
+    result = analyze.parse(path)
+    t1 = time.perf_counter()
+    fig = position_figure(result, seq_id=result.verdict.seq_id)
+    t2 = time.perf_counter()
+    spec = pio.to_json(fig, validate=False)
+    t3 = time.perf_counter()
+    points = sum(len(tr.y) if tr.y is not None else 0 for tr in fig.data)
+    return {
+        "parse_s": round(t1 - t0, 2),
+        "figure_s": round(t2 - t1, 3),
+        "json_s": round(t3 - t2, 3),
+        "first_chart_s": round(t3 - t0, 2),
+        "batches": len(result.batches),
+        "kv_rows": len(result.kv),
+        "points_drawn": points,
+        "json_kb": round(len(spec) / 1024, 1),
+    }
+
+
+def app(path: Path) -> dict[str, float | bool]:
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["KVTRACE_OPEN"] = str(path)
+    t0 = time.perf_counter()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.run()
+    wall = time.perf_counter() - t0
+    return {"app_first_run_s": round(wall, 2), "app_charts": len(at.get("plotly_chart")),
+            "app_exception": bool(at.exception)}
+
+
+def browser(path: Path) -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+
+    from analyze.cli_dashboard import launch
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        return {}
+    dash = launch(path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{dash.url}/_stcore/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=chromium, headless=True,
+                                   args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                                         "--disable-component-update", "--disable-sync", "--no-first-run"])
+            page = b.new_page(viewport={"width": 1500, "height": 1200})
+            t0 = time.perf_counter()
+            page.goto(dash.url)
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg .scatterlayer", timeout=120_000)
+            wall = time.perf_counter() - t0
+            b.close()
+    finally:
+        dash.proc.terminate()
+        dash.proc.wait()
+    return {"browser_first_chart_s": round(wall, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=100)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+    path = big_log(args.size_mb)
+    path.read_bytes()  # warm the page cache so both measurements read from memory
+    out: dict[str, object] = {"file_mb": round(path.stat().st_size / 1e6, 1)}
+    out |= library(path)
+    out |= app(path)
+    out |= browser(path)
+    out["target_s"] = TARGET_S
+    out["ratio_library_to_target"] = round(float(out["first_chart_s"]) / TARGET_S, 2)  # type: ignore[arg-type]
+    out["ratio_app_to_target"] = round(float(out["app_first_run_s"]) / TARGET_S, 2)  # type: ignore[arg-type]
+    if "browser_first_chart_s" in out:
+        out["ratio_browser_to_target"] = round(float(out["browser_first_chart_s"]) / TARGET_S, 2)  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(out))
+        return
+    print(f"log: {out['file_mb']} MB, {out['batches']:,} batches, {out['kv_rows']:,} find_slot rows")
+    print(f"parse {out['parse_s']} s + figure {out['figure_s']} s + JSON {out['json_s']} s "
+          f"= first chart in {out['first_chart_s']} s ({out['points_drawn']:,} points, {out['json_kb']} KB)")
+    print(f"app.py first run on the path (AppTest): {out['app_first_run_s']} s, {out['app_charts']} charts, "
+          f"exception: {out['app_exception']}")
+    if "browser_first_chart_s" in out:
+        print(f"headless Chromium, page opened to position chart drawn: {out['browser_first_chart_s']} s")
+    else:
+        print("headless Chromium: not measured (chromium not installed; make browser)")
+    print(f"ratio to the {TARGET_S:g} s target: library {out['ratio_library_to_target']}, "
+          f"app {out['ratio_app_to_target']}, browser {out.get('ratio_browser_to_target', 'n/a')} (<= 1 meets it)")
+
+
+if __name__ == "__main__":
+    main()
