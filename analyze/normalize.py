@@ -22,6 +22,7 @@ _OUTER = re.compile(
     r"|(?P<fence>`+)"
     r"|(?P<journal_mon>[A-Z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
     r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
+    r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
     r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
     r"|\[(?P<tag>\d{1,7})\] "
     r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
@@ -84,10 +85,11 @@ def parse_prefix(line: str) -> Prefix:
         m = _OUTER.match(line, pos)
         if m is None or m.end() == pos:
             break
-        if m.group("date"):
-            frac = m.group("frac")
+        if m.group("date") or m.group("bdate"):
+            date, hms = m.group("date") or m.group("bdate"), m.group("hms") or m.group("bhms")
+            frac = m.group("frac") or m.group("bfrac")
             try:
-                tm = strptime(f"{m.group('date')} {m.group('hms')}", "%Y-%m-%d %H:%M:%S")
+                tm = strptime(f"{date} {hms}", "%Y-%m-%d %H:%M:%S")
                 out.t = timegm(tm) + (float("0." + frac[1:]) if frac else 0.0)
                 out.absolute = True
             except ValueError:

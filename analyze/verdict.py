@@ -63,7 +63,8 @@ def acceptance(events: pd.DataFrame) -> dict[str, Any]:
                 acc += int(detail["acc_tokens"])
                 gen += int(detail["gen_tokens"])
                 seen = True
-            elif detail.get("pattern") in ("cli_drafted", "cli_accept", "dflash_histogram"):
+            elif detail.get("pattern") in ("cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
+                                           "json_draft_accepted"):
                 acc += int(detail.get("accepted", 0))
                 gen += int(detail.get("generated", 0) or detail.get("produced", 0))
                 seen = True
@@ -148,7 +149,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         return Verdict("inconsistent_positions", comp, seq, _opt(x_row["last_pos"]),
                        _opt(first["batch_start"]) if not complete.empty else None, len(pos),
                        _position_summary(pos, first), _evidence(errors, first), **base)
-    for kind in ("decode_failed", "kv_slot", "assert"):
+    for kind in ("decode_failed", "kv_slot", "assert", "error"):
         rows = errors[errors.kind == kind]
         if rows.empty:
             continue
@@ -166,10 +167,10 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
                        "--parallel / the batch size.")
             verdict_kind = "kv_slot"
         else:
-            summary = f"llama.cpp aborted on an assertion in {side} context: {first['evidence'] or first['variant']}."
             lines = json.loads(first["lines"])
-            if lines:
-                summary = f"llama.cpp aborted ({comp} side): {lines[0][1].strip()[:200]}"
+            what = lines[0][1].strip()[:200] if lines else str(first["evidence"] or first["variant"])
+            verb = "aborted" if kind == "assert" else "reported an error"
+            summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
         return Verdict(verdict_kind, comp, _opt(first["seq_id"]), None, None, 0, summary,
                        _evidence(errors, first), **base)

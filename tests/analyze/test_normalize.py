@@ -23,6 +23,8 @@ ERROR = "init: the tokens of sequence 0 in the input batch have inconsistent seq
         ("Nov 30 09:12:01 gpu-box llama-server[4242]: 0.00.100.000 W dflash: x", 0.1, "W"),
         ("> `0.01.002.003 E decode: failed to initialize batch`", 1.002003, "E"),
         ("[8080] srv  load_model: loading model", None, None),
+        ("[2026-02-27 15:14:00.250] [info] " + ERROR, 1772205240.25, None),
+        ("2026-02-27T15:14:00.1234567Z " + ERROR, 1772205240.1234567, None),
         ("glued0.00.001.500 E decode: failed to initialize batch", 0.0015, "E"),
     ],
 )

@@ -95,3 +95,24 @@ def test_kv_drop_is_a_reset_event() -> None:
     drops = ev[ev.kind == "kv_drop"]
     assert len(drops) == 1 and int(drops.pos.iloc[0]) == -1
     assert json.loads(drops.detail.iloc[0])["from"] == 299
+
+
+def test_older_and_other_wordings() -> None:
+    cases = {
+        "llama_decode_impl: failed to find KV cache slot for ubatch of size 512": ("kv_slot", "unknown"),
+        "srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size, i = 0, n_batch = 512, ret = 1": ("kv_slot", "target"),
+        "CUDA error: an illegal memory access was encountered": ("other", "unknown"),
+        "0.14.967.966 E dflash: invalid reduced-logits token -1 in draft at row=1/16 (top_k=1 committed=382 cross_len=382)": ("other", "drafter"),
+    }
+    for line, (kind, comp) in cases.items():
+        v = analyze.parse(line.encode()).verdict
+        assert (v.kind, v.component) == (kind, comp), line
+
+
+def test_pasted_server_timings_are_draft_statistics() -> None:
+    text = '{"timings": {"predicted_n": 61, "draft_n": 160, "draft_n_accepted": 108}}\n'
+    v = analyze.parse(text.encode()).verdict
+    assert v.kind == "draft_stats_only" and v.acceptance["accepted"] == 108 and v.acceptance["generated"] == 160
+    pretty = '  "timings": {\n    "draft_n": 55,\n    "draft_n_accepted": 51\n  }\n'
+    v = analyze.parse(pretty.encode()).verdict
+    assert (v.acceptance["accepted"], v.acceptance["generated"]) == (51, 55)
