@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -258,8 +259,9 @@ class LiveParse:
                 self.triage_printed = str(msg.get("triage", ""))
                 self.terminal.message(self.triage_printed)
 
-    def finish(self, end_offset: int, wait_s: float) -> bool:
-        """Tell it where raw.log ends; wait (bounded) for it to get there. True if it read everything."""
+    def finish(self, end_offset: int, wait_s: float, abort: Callable[[], bool] = lambda: False) -> bool:
+        """Tell it where raw.log ends; wait (bounded, cut short by `abort`) for it to get there.
+        True if it read everything."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             return False
@@ -272,9 +274,10 @@ class LiveParse:
         with contextlib.suppress(OSError):
             proc.stdin.write(b"end %d\n" % end_offset)
             proc.stdin.flush()
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + wait_s
+        while proc.poll() is None and time.monotonic() < deadline and not abort():
+            time.sleep(0.02)
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
         with contextlib.suppress(OSError):

@@ -87,6 +87,43 @@ def child_source(fd: int) -> Source:
     return FdSource(fd)
 
 
+def _wait_for_stop(
+    rules: StopRules,
+    sigs: _Signals,
+    eof: threading.Event,
+    t0: float,
+    child: Child | None,
+    monitor: LiveParse | None,
+    pinger: Pinger | None,
+) -> tuple[str, int, str | None]:
+    """Block until a stop rule fires: (reason, exit code, error)."""
+    child_exit_seen: float | None = None
+    while True:
+        if sigs.received:
+            return f"signal {sigs.received[0]}", 128 + int(signal.Signals[sigs.received[0]]), None
+        if child is not None and child_exit_seen is None and child.poll() is not None:
+            child_exit_seen = time.monotonic()
+        if eof.is_set() and (child is None or child_exit_seen is not None):
+            return ("program exited" if child is not None else "end of input"), EXIT_OK, None
+        if child_exit_seen is not None and time.monotonic() - child_exit_seen > rules.drain_s:
+            return "program exited", EXIT_OK, None  # its helpers still hold the pipe: stop waiting
+        if rules.timeout_s is not None and time.monotonic() - t0 >= rules.timeout_s:
+            return "timeout", EXIT_OK, None
+        if (
+            rules.until_error
+            and monitor is not None
+            and monitor.first_error_at is not None
+            and time.time() - monitor.first_error_at >= rules.grace_s
+        ):
+            return "until-error", EXIT_FAILED, None
+        if pinger is not None and pinger.done.is_set():
+            if pinger.result.error and not pinger.result.healthy:
+                return "ping failed", EXIT_FAILED, pinger.result.error
+            if not rules.keep_running:
+                return "ping done", (EXIT_FAILED if pinger.result.error else EXIT_OK), pinger.result.error
+        time.sleep(0.05)
+
+
 def run_capture(
     session: Session,
     source: Source,
@@ -120,7 +157,6 @@ def run_capture(
     monitor = LiveParse(session.raw_log, start_offset, terminal) if live else None
     live_note = None
     pump_thread = threading.Thread(target=pump, name="kvtrace-pump", daemon=True)
-    reason, exit_code, error = "", EXIT_OK, None
     t0 = time.monotonic()
     with _Signals(child) as sigs:
         pump_thread.start()
@@ -131,42 +167,7 @@ def run_capture(
                 live_note, monitor = f"live parsing unavailable: {exc}", None
         if pinger is not None:
             pinger.start()
-        child_exit_seen: float | None = None
-        while True:
-            if sigs.received:
-                reason = f"signal {sigs.received[0]}"
-                exit_code = 128 + int(signal.Signals[sigs.received[0]])
-                break
-            if child is not None and child_exit_seen is None and child.poll() is not None:
-                child_exit_seen = time.monotonic()
-            if eof.is_set() and (child is None or child.poll() is not None or child_exit_seen is not None):
-                reason = "program exited" if child is not None else "end of input"
-                break
-            if child_exit_seen is not None and time.monotonic() - child_exit_seen > rules.drain_s:
-                reason = "program exited"
-                break
-            if rules.timeout_s is not None and time.monotonic() - t0 >= rules.timeout_s:
-                reason = "timeout"
-                break
-            if (
-                rules.until_error
-                and monitor is not None
-                and monitor.first_error_at is not None
-                and time.time() - monitor.first_error_at >= rules.grace_s
-            ):
-                reason = "until-error"
-                exit_code = EXIT_FAILED
-                break
-            if pinger is not None and pinger.done.is_set():
-                if pinger.result.error and not pinger.result.healthy:
-                    reason, exit_code, error = "ping failed", EXIT_FAILED, pinger.result.error
-                    break
-                if not rules.keep_running:
-                    reason = "ping done"
-                    if pinger.result.error:
-                        exit_code, error = EXIT_FAILED, pinger.result.error
-                    break
-            time.sleep(0.05)
+        reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, pinger)
 
         if pinger is not None:
             pinger.stop.set()
@@ -177,62 +178,64 @@ def run_capture(
             returncode = child.stop(rules.plan, firm=len(sigs.received) >= 2)
         stop_pump.set()
         pump_thread.join(rules.drain_s + 5)
-    if child is not None:
-        child.close()
-    if pinger is not None:
-        pinger.join(5)
+        if child is not None:
+            child.close()
+        if pinger is not None:
+            pinger.join(5)
 
-    live_stats: dict[str, Any] | None = None
-    live_complete = None
-    if monitor is not None:
-        live_complete = monitor.finish(sink.bytes_written, rules.parse_wait_s)
-        s = monitor.stats
-        live_stats = {
-            "lines": s.lines,
-            "batches": s.batches,
-            "errors": s.errors,
-            "target_pos": s.target_pos,
-            "drafter_pos": s.drafter_pos,
-            "bytes_parsed": monitor.offset - start_offset,
+        live_stats: dict[str, Any] | None = None
+        live_complete = None
+        if monitor is not None:
+            live_complete = monitor.finish(
+                sink.bytes_written, rules.parse_wait_s, abort=lambda: len(sigs.received) >= 2
+            )
+            s = monitor.stats
+            live_stats = {
+                "lines": s.lines,
+                "batches": s.batches,
+                "errors": s.errors,
+                "target_pos": s.target_pos,
+                "drafter_pos": s.drafter_pos,
+                "bytes_parsed": monitor.offset - start_offset,
+            }
+        terminal.end()
+        sink.close(session.path / CHUNKS)
+
+        program_failed = (
+            child is not None and reason == "program exited" and returncode is not None and returncode != 0
+        )
+        if program_failed and exit_code == EXIT_OK:
+            exit_code = EXIT_FAILED
+        if pump_error and error is None:
+            error = "reading the input failed: " + pump_error[0]
+
+        final: dict[str, Any] = {
+            "end": now_iso(),
+            "duration_s": round(time.monotonic() - t0, 3),
+            "stop_reason": reason,
+            "bytes": sink.bytes_written - start_offset,
+            "exit_code": exit_code,
+            "signals_received": sigs.received,
+            "live": {
+                "stats": live_stats,
+                "complete": live_complete,
+                "note": live_note,
+                "failed": monitor.failed if monitor else None,
+                "triage": monitor.triage_printed if monitor else "",
+            },
         }
-    terminal.end()
-    sink.close(session.path / CHUNKS)
-
-    program_failed = (
-        child is not None and reason == "program exited" and returncode is not None and returncode != 0
-    )
-    if program_failed and exit_code == EXIT_OK:
-        exit_code = EXIT_FAILED
-    if pump_error and error is None:
-        error = "reading the input failed: " + pump_error[0]
-
-    final: dict[str, Any] = {
-        "end": now_iso(),
-        "duration_s": round(time.monotonic() - t0, 3),
-        "stop_reason": reason,
-        "bytes": sink.bytes_written - start_offset,
-        "exit_code": exit_code,
-        "signals_received": sigs.received,
-        "live": {
-            "stats": live_stats,
-            "complete": live_complete,
-            "note": live_note,
-            "failed": monitor.failed if monitor else None,
-            "triage": monitor.triage_printed if monitor else "",
-        },
-    }
-    if child is not None:
-        final["program"] = {
-            "pid": child.pid,
-            "returncode": returncode,
-            "signal": signal_name(returncode),
-            "signals_sent": child.signals_sent,
-        }
-    if pinger is not None:
-        final["ping"] = pinger.result.summary()
-    if error:
-        final["error"] = error
-    session.write_manifest(final)
+        if child is not None:
+            final["program"] = {
+                "pid": child.pid,
+                "returncode": returncode,
+                "signal": signal_name(returncode),
+                "signals_sent": child.signals_sent,
+            }
+        if pinger is not None:
+            final["ping"] = pinger.result.summary()
+        if error:
+            final["error"] = error
+        session.write_manifest(final)
     return Outcome(
         reason=reason,
         exit_code=exit_code,
