@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from analyze.cli import fail, progress_option, want_progress
 
 
-def _parse(src: str, progress: bool | None) -> object:
+def _parse(src: str, progress: bool | None) -> Any:
     import analyze
 
     try:
         return analyze.parse(src, progress=want_progress(progress))
     except analyze.InputError as exc:
-        fail(str(exc))
-        raise AssertionError from exc  # fail() exits
+        fail(str(exc))  # one line, exit 2
+        raise
 
 
 def _write(text: str, out: Path | None) -> None:
