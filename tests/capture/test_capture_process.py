@@ -366,3 +366,24 @@ def test_out_folder_holding_a_capture_is_refused(tmp_path: Path, py: str) -> Non
     assert again.returncode == 2
     assert again.stderr.decode().strip() == f"kvtrace: error: {out} already holds a capture (raw.log); choose another --out"
     assert (out / "raw.log").read_bytes() == b"1\n"
+
+
+def test_a_second_ctrl_c_stops_the_program_at_once(tmp_path: Path, py: str) -> None:
+    child = write_script(tmp_path / "stubborn.py", STUBBORN)
+    out = tmp_path / "s"
+    wrapper = start_kvtrace("capture", "run", "--quiet", "--stop-wait", "60", "--out", str(out), "--", py,
+                            str(child), cwd=tmp_path)
+    try:
+        wait_for(file_contains(out / "raw.log", b"child: ready"), what="child start")
+        t0 = time.monotonic()
+        wrapper.send_signal(signal.SIGINT)
+        wait_for(file_contains(out / "raw.log", b"child: ignoring SIGINT"), what="the polite stop")
+        wrapper.send_signal(signal.SIGINT)
+        wrapper.wait(30)
+        assert time.monotonic() - t0 < 20  # not the 60 s polite wait
+    finally:
+        wrapper.kill()
+    m = manifest(out)
+    assert m["signals_received"] == ["SIGINT", "SIGINT"]
+    assert m["program"]["signal"] == "SIGKILL"
+    assert not pid_alive(m["program"]["pid"])
