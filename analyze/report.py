@@ -173,6 +173,9 @@ def position_rows(result: Any, seq_id: int | None, around: int | None) -> list[d
             rows.append(row)
     if not rows:
         return []
+    for r in rows:
+        if r["line"] == around:
+            r["note"] = f"{r['note']}, first divergence" if r["note"] else "first divergence"
     at = 0 if around is None else next((i for i, r in enumerate(rows) if r["line"] >= around), len(rows) - 1)
     start = max(0, min(at - TABLE_BEFORE, len(rows) - TABLE_ROWS))
     return rows[start:start + TABLE_ROWS]

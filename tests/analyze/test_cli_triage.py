@@ -118,7 +118,7 @@ def test_report_markdown_sections() -> None:
     assert md.startswith("### kvtrace triage: 00\\_beellama-28-multigpu-dflash-seed.log\n")
     assert "**Signature:** `stale_drafter_kv` (Stale drafter KV cache)" in md
     assert "| line | target stored max | drafter stored max | drafter - target | batch start Y | note |" in md
-    assert "| 147 | n/a | 259 |  | 1361 | refused batch |" in md
+    assert "| 147 | n/a | 259 |  | 1361 | refused batch, first divergence |" in md
     assert "**Next steps:**" in md and "- Known fix: beellama.cpp v0.3.0" in md
     env = next(body for _, body in _fenced_blocks(md) if "build: 9459-07ac3cec6" in body)
     assert "GPUs: 2" in env and "spec type: dflash" in env
