@@ -20,7 +20,6 @@ from typing import Any
 import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
-from analyze.verdict import stale_drafter
 
 DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -210,16 +209,26 @@ def _slots(result: Any) -> list[tuple[int, int]]:
 
 # ---- rules --------------------------------------------------------------------------------------------
 
+def stale_drafter(pos: pd.DataFrame) -> bool:
+    """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report).
+
+    Stale means behind: some draft arrived past the stored max. X fixed with every Y at or below it is a
+    drafter that kept its rejected positions (not rolled back), not a stale one.
+    """
+    d = pos[(pos.component == "drafter") & pos.last_pos.notna() & pos.batch_start.notna()]
+    if len(d) < 2 or d.last_pos.nunique() != 1:
+        return False
+    y = d.batch_start.astype("int64").to_numpy()
+    x = int(d.last_pos.iloc[0])
+    return bool((y[1:] > y[:-1]).any() and (y > x + 1).any())
+
+
 def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
     pos = _positions(result)
     if not stale_drafter(pos):
         return None
     d = pos[pos["component"] == "drafter"]
     c = _complete(d)
-    # Stale means behind: some draft arrived past the stored max. X fixed with every Y at or below it is
-    # a drafter that kept its rejected positions (not rolled back), not a stale one.
-    if not (c["batch_start"] > c["last_pos"] + 1).any():
-        return None
     first, last = c.iloc[0], c.iloc[-1]
     x = int(first["last_pos"])
     ys = d["batch_start"].dropna().astype("int64")

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from analyze.signatures import stale_drafter
+
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
     "consecutive": "Y must be X + 1",
@@ -91,15 +93,6 @@ def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any
     if ev_line is not None and all(e["line"] != ev_line for e in out):
         out.append({"line": ev_line, "text": str(row["evidence"])})
     return out
-
-
-def stale_drafter(pos: pd.DataFrame) -> bool:
-    """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report)."""
-    d = pos[(pos.component == "drafter") & pos.last_pos.notna() & pos.batch_start.notna()]
-    if len(d) < 2 or d.last_pos.nunique() != 1:
-        return False
-    y = d.batch_start.astype("int64").to_numpy()
-    return bool((y[1:] > y[:-1]).any())
 
 
 def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
