@@ -71,6 +71,11 @@ def _attempts(result: Any) -> pd.DataFrame:
                          "seq_id": pd.to_numeric(d["seq_id"], errors="coerce").fillna(-1).to_numpy(np.int64)})
 
 
+def _between(sorted_lines: np.ndarray, lo: int, hi: int) -> bool:
+    """Any line strictly between lo and hi (binary search: logs have millions of rows)."""
+    return bool(np.searchsorted(sorted_lines, hi, "left") > np.searchsorted(sorted_lines, lo, "right"))
+
+
 def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
     stores, source = _stores(result)
     if not source:
@@ -80,7 +85,7 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
     failed = err[(err["component"] == "drafter")]
     ev = result.events
     # A new request (prompt, reset, a cleared cache) is not a draft/verify cycle: the target goes first.
-    bounds = ev.line[ev["kind"].isin(BOUNDARIES)].to_numpy(dtype=np.int64)
+    bounds = np.sort(ev.line[ev["kind"].isin(BOUNDARIES)].to_numpy(dtype=np.int64))
     n = good = 0
     first_bad: int | None = None
     last: bool | None = None
@@ -88,9 +93,8 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
         rows = rows.sort_values("line", kind="stable")
         prev_line = -1
         drafter_stored: list[int] = []
-        tried = False
-        a_lines = attempts.line[attempts.seq_id == seq].to_numpy()
-        f_lines = failed.line[pd.to_numeric(failed.seq_id, errors="coerce") == seq].to_numpy(dtype=np.float64)
+        a_lines = np.sort(attempts.line[attempts.seq_id == seq].to_numpy())
+        f_lines = np.sort(failed.line[pd.to_numeric(failed.seq_id, errors="coerce") == seq].to_numpy(dtype=np.int64))
         for line, ctx, stored, ok in zip(rows.line, rows.context, rows.stored, rows.ok, strict=True):
             if ctx == "drafter":
                 if ok:
@@ -98,10 +102,8 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
                 continue
             if ctx != "target" or not ok:
                 continue
-            tried = bool(drafter_stored) or bool(((a_lines > prev_line) & (a_lines < line)).any()) or bool(
-                ((f_lines > prev_line) & (f_lines < line)).any())
-            boundary = bool(((bounds > prev_line) & (bounds < line)).any())
-            if tried and prev_line >= 0 and not boundary:
+            tried = bool(drafter_stored) or _between(a_lines, prev_line, line) or _between(f_lines, prev_line, line)
+            if tried and prev_line >= 0 and not _between(bounds, prev_line, line):
                 n += 1
                 hit = int(stored) in drafter_stored
                 good += hit

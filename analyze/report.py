@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analyze.overview import Overview, overview
@@ -150,35 +151,35 @@ def position_rows(result: Any, seq_id: int | None, around: int | None) -> list[d
     """Target and drafter stored max (kv table, else batch spans; X of a refused batch) line by line, with
     the refused batch's Y, in a window of TABLE_ROWS rows around line `around` (the first divergence)."""
     axis = XAxis("line", "log line")
-    sides = {ctx: stored_positions(result, ctx, seq_id, axis) for ctx in ("target", "drafter")}
-    obs = [(int(r.line), ctx, r.pos, r.source) for ctx, f in sides.items() for r in f.itertuples()]
+    frames = [stored_positions(result, ctx, seq_id, axis).assign(side=ctx) for ctx in ("target", "drafter")]
     err = result.errors
     err = err[(err["kind"] == "inconsistent_positions") & err["batch_start"].notna()]
     if seq_id is not None:
         err = err[pd.to_numeric(err["seq_id"], errors="coerce") == seq_id]
-    ys = {int(n): int(y) for n, y in zip(err["line"], err["batch_start"], strict=True)}
-    seen = {o[0] for o in obs}  # built once: per item it made this quadratic (14 s on a 100 MB log)
-    obs += [(n, "y", y, "error") for n, y in ys.items() if n not in seen]
-    obs.sort(key=lambda o: o[0])
-    rows: list[dict[str, Any]] = []
-    state: dict[str, Any] = {"target": None, "drafter": None}
-    for line, ctx, pos, source in obs:
-        if ctx in state:
-            state[ctx] = pos
-        row = {"line": line, "target": state["target"], "drafter": state["drafter"], "y": ys.get(line),
-               "note": "refused batch" if source == "error" or line in ys else ""}
-        if rows and rows[-1]["line"] == line:
-            rows[-1] = row | {"note": rows[-1]["note"] or row["note"]}
-        else:
-            rows.append(row)
-    if not rows:
+    ys = pd.DataFrame({"line": err["line"].astype("int64"), "y": err["batch_start"].astype("float64")})
+    obs = pd.concat([f[["line", "pos", "side", "source"]] for f in frames] + [ys.assign(side="y", source="error")],
+                    ignore_index=True)
+    if obs.empty:
         return []
-    for r in rows:
-        if r["line"] == around:
-            r["note"] = f"{r['note']}, first divergence" if r["note"] else "first divergence"
-    at = 0 if around is None else next((i for i, r in enumerate(rows) if r["line"] >= around), len(rows) - 1)
-    start = max(0, min(at - TABLE_BEFORE, len(rows) - TABLE_ROWS))
-    return rows[start:start + TABLE_ROWS]
+    obs = obs.sort_values("line", kind="stable", ignore_index=True)
+    # The state of both caches after each line: each side's last stored max, carried forward.
+    state = pd.DataFrame({
+        "line": obs["line"].astype("int64"),
+        "target": obs["pos"].where(obs["side"] == "target").ffill(),
+        "drafter": obs["pos"].where(obs["side"] == "drafter").ffill(),
+        "refused": obs["source"] == "error",
+    }).groupby("line", sort=True).agg({"target": "last", "drafter": "last", "refused": "any"}).reset_index()
+    y_at = dict(zip(ys["line"], ys["y"], strict=True))
+    at = 0 if around is None else int(np.searchsorted(state["line"].to_numpy(), around))
+    at = min(at, len(state) - 1)
+    start = max(0, min(at - TABLE_BEFORE, len(state) - TABLE_ROWS))
+    rows = []
+    for r in state.iloc[start:start + TABLE_ROWS].itertuples():
+        notes = (["refused batch"] if r.refused else []) + (["first divergence"] if r.line == around else [])
+        rows.append({"line": int(r.line), "target": None if pd.isna(r.target) else r.target,
+                     "drafter": None if pd.isna(r.drafter) else r.drafter, "y": y_at.get(r.line),
+                     "note": ", ".join(notes)})
+    return rows
 
 
 def _position_table(rows: list[dict[str, Any]]) -> Table:
