@@ -54,7 +54,8 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
     from analyze.report import html_report, markdown_report
 
     result = _parse(source, progress)
-    name = "stdin" if source == "-" else None
+    # a session folder is named by the folder (its log is always raw.log); never by the full path
+    name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
     _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
 
 

@@ -140,6 +140,13 @@ def test_report_html_escapes_everything_from_the_log(tmp_path: Path) -> None:
     assert "<script>" not in _outside_fences(md)
 
 
+@pytest.mark.engine
+def test_report_on_a_session_is_named_by_its_folder(captures: dict[str, Path]) -> None:
+    code, md, _ = run("report", str(captures["stale-drafter"]))
+    assert code == 0 and md.startswith(f"### kvtrace triage: {captures['stale-drafter'].name}\n")
+    assert "**Signature:** `stale_drafter_kv`" in md and "| drafter in step (cycles) |" in md
+
+
 def test_report_from_stdin_and_bad_input() -> None:
     code, md, _ = run("report", "-", input=SEED.read_bytes())
     assert code == 0 and md.startswith("### kvtrace triage: stdin\n")
