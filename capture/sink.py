@@ -1,21 +1,29 @@
 """Where captured bytes go: raw.log (byte-exact, unbuffered), the terminal echo, and per-chunk arrival times.
 
-Each chunk goes straight to the kernel with os.write, so killing the wrapper (even with -9) loses nothing
-that was already received: the page cache keeps what the process wrote.
+Each chunk goes straight to the kernel (os.write or splice), so killing the wrapper (even with -9) loses
+nothing that was already received: the page cache keeps what the process wrote. Arrival times go the same
+way into a small journal (24 bytes a chunk), turned into chunks.parquet at the end; after a kill -9 the
+journal is still there and `load_chunks` reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import threading
 import time
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import numpy as np
+import pandas as pd
+
+from capture.session import CHUNKS
+
+CHUNKS_JOURNAL = "chunks.journal"
+_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
+_RECORD_DTYPE = np.dtype([("t", "<f8"), ("offset", "<i8"), ("nbytes", "<i8")])
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -38,10 +46,8 @@ class RawSink:
         self.bytes_written = os.lseek(self._fd, 0, os.SEEK_END)
         self._echo = echo
         self.first_offset = self.bytes_written
-        # Compact columns: a capture of hours may have millions of chunks.
-        self._t_wall = array("d")
-        self._offset = array("q")
-        self._size = array("q")
+        self.journal = self.path.with_name(CHUNKS_JOURNAL)
+        self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._lock = threading.Lock()
         self.echo_failed = False
 
@@ -54,9 +60,7 @@ class RawSink:
             if self._fd < 0:
                 raise OSError("raw.log is closed")
             write_all(self._fd, chunk)
-            self._t_wall.append(t)
-            self._offset.append(self.bytes_written)
-            self._size.append(len(chunk))
+            write_all(self._journal_fd, _RECORD.pack(t, self.bytes_written, len(chunk)))
             self.bytes_written += len(chunk)
         if self._echo is not None and not self.echo_failed:
             try:
@@ -73,9 +77,7 @@ class RawSink:
                 raise OSError("raw.log is closed")
             n = os.splice(fd, self._fd, max_bytes)
             if n:
-                self._t_wall.append(time.time())
-                self._offset.append(self.bytes_written)
-                self._size.append(n)
+                write_all(self._journal_fd, _RECORD.pack(time.time(), self.bytes_written, n))
                 self.bytes_written += n
         return n
 
@@ -93,19 +95,23 @@ class RawSink:
                 return
             self.fsync()
             os.close(self._fd)
+            os.close(self._journal_fd)
             self._fd = -1
         if chunks_path is not None:
-            self.write_chunks(chunks_path)
+            tmp = Path(str(chunks_path) + ".tmp")
+            load_chunks(self.path.parent).to_parquet(tmp, index=False)
+            os.replace(tmp, chunks_path)
+            self.journal.unlink()
 
-    def write_chunks(self, path: Path) -> None:
-        """chunks.parquet: one row per received chunk: arrival time (unix seconds), byte offset, size."""
-        table = pa.table(
-            {
-                "t": pa.array(self._t_wall, type=pa.float64()),
-                "offset": pa.array(self._offset, type=pa.int64()),
-                "nbytes": pa.array(self._size, type=pa.int64()),
-            }
-        )
-        tmp = Path(str(path) + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+
+def load_chunks(session_dir: Path) -> pd.DataFrame:
+    """Arrival times of a session's chunks (t, offset, nbytes): chunks.parquet, or the journal a capture
+    that was killed left behind (a record cut short by the kill is dropped)."""
+    session_dir = Path(session_dir)
+    parquet = session_dir / CHUNKS
+    if parquet.exists():
+        return pd.read_parquet(parquet)
+    journal = session_dir / CHUNKS_JOURNAL
+    data = journal.read_bytes() if journal.exists() else b""
+    usable = len(data) - len(data) % _RECORD.size
+    return pd.DataFrame(np.frombuffer(data[:usable], dtype=_RECORD_DTYPE))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from capture.sink import load_chunks
 from tests.capture.capture_helpers import (
     file_contains,
     free_port,
@@ -73,6 +74,7 @@ def test_burst_of_a_million_lines_is_byte_exact(tmp_path: Path, py: str) -> None
     assert raw.count(b"\n") == 1_000_000
     assert raw == expected  # none lost, order kept, byte-exact
     chunks = pq.read_table(out / "chunks.parquet").to_pandas()
+    assert not (out / "chunks.journal").exists()  # folded into chunks.parquet
     assert chunks["nbytes"].sum() == len(raw)
     assert (chunks["offset"].diff().dropna() > 0).all()
     assert chunks["t"].is_monotonic_increasing
@@ -264,6 +266,12 @@ def test_kill_9_of_the_wrapper_loses_nothing_received(tmp_path: Path, py: str) -
     assert raw == data * full + data[:rest]  # everything that arrived, in order, nothing garbled
     m = manifest(out)
     assert m["program"]["pid"] == child_pid and "end" not in m  # the start was recorded before the kill
+    # The arrival times survive too: the journal the killed capture left behind.
+    chunks = load_chunks(out)
+    assert len(chunks) > 0
+    assert (chunks["offset"].iloc[1:].to_numpy() == (chunks["offset"] + chunks["nbytes"]).iloc[:-1].to_numpy()).all()
+    covered = int(chunks["offset"].iloc[-1] + chunks["nbytes"].iloc[-1])
+    assert 0 <= len(raw) - covered <= 1 << 20  # at most the one chunk the kill interrupted
 
     import analyze
 
