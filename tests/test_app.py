@@ -9,6 +9,8 @@ import base64
 import gzip
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +207,26 @@ def test_jump_to_first_divergence_narrows_the_range() -> None:
     # The first error (line 1205's timestamp) is inside the new range.
     x = _traces(at)["position error (X to Y)"]["x"]
     assert np.nanmin(x) >= lo and np.nanmin(x) <= hi
+
+
+def test_capture_time_axis_for_a_log_without_timestamps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log with no timestamps, captured by `kvtrace capture run`: x is when each line arrived."""
+    raw = (ROOT / "samples" / "no-rollback" / "raw.log").read_bytes()
+    first, rest = tmp_path / "first.log", tmp_path / "rest.log"
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    first.write_bytes(raw[:cut])
+    rest.write_bytes(raw[cut:])
+    session = tmp_path / "session"
+    # The program prints half the log, pauses, then the rest: two chunks about a second apart.
+    cmd = [sys.executable, "-m", "analyze", "capture", "run", "--quiet", "--out", str(session), "--",
+           "sh", "-c", f"cat '{first}'; sleep 1; cat '{rest}'"]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    assert (session / "chunks.parquet").is_file()
+    monkeypatch.setenv(OPEN_ENV, str(session))
+    at = _app()
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["layout"]["xaxis"]["title"]["text"] == "capture time (s)"
+    x = np.concatenate([_array(d.get("x")) for d in spec["data"] if d.get("name") in ("target", "drafter")])
+    x = x[~np.isnan(x)]
+    # Lines of the first half arrived at once (x = 0), the second half after the pause.
+    assert x.min() == 0.0 and 0.8 <= x.max() <= 30

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import analyze
 from analyze.cli_dashboard import streamlit_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,5 +114,18 @@ def test_upload_and_chart_in_chromium(server: str) -> None:
             assert "target" in legend and "drafter" in legend, legend
             assert page.locator("[data-testid='stException']").count() == 0
             page.screenshot(path=str(ARTIFACTS / "dashboard-stale-drafter.png"), full_page=True)
+
+            # Choosing the third error row shows the raw log around that error's line, as plain text.
+            third = int(analyze.parse(STALE).errors["line"].iloc[2])
+            grid = page.locator("[data-testid='stDataFrame']").first
+            grid.scroll_into_view_if_needed()
+            box = grid.bounding_box()
+            assert box is not None
+            # Header row, then rows of 35 px (Streamlit's default); the first column is the row selector.
+            page.mouse.click(box["x"] + 14, box["y"] + 35 + 35 * 2 + 17)
+            page.locator("[data-testid='stCode']").filter(has_text=f">> {third} |").wait_for(timeout=30_000)
+            _wait_idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "dashboard-raw-view.png"), full_page=True)
         finally:
             browser.close()
