@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from tests.capture.capture_helpers import (
     file_contains,
+    kvtrace_argv,
     manifest,
     run_kvtrace,
     start_kvtrace,
@@ -174,3 +176,33 @@ def test_attach_wants_exactly_one_source(tmp_path: Path) -> None:
     proc = run_kvtrace("capture", "attach", "--stdin", "--file", "x.log", cwd=tmp_path)
     assert proc.returncode == 2
     assert "give exactly one of" in proc.stderr.decode()
+
+
+def test_stdin_redirected_from_a_file(tmp_path: Path) -> None:
+    # A regular file on stdin cannot be spliced: the capture falls back to reading it.
+    out = tmp_path / "s"
+    with open(OK_LOG, "rb") as f:
+        proc = subprocess.run(kvtrace_argv() + ["capture", "attach", "--stdin", "--quiet", "--out", str(out)],
+                              stdin=f, capture_output=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (out / "raw.log").read_bytes() == OK_LOG.read_bytes()
+
+
+def test_follow_from_end_skips_what_is_already_there(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"old line\n")
+    out = tmp_path / "s"
+    w = start_kvtrace("capture", "attach", "--file", str(log), "--follow", "--from-end", "--quiet", "--timeout",
+                      "20", "--out", str(out), cwd=tmp_path)
+    try:
+        wait_for(lambda: (out / "manifest.json").exists(), what="capture start")
+        time.sleep(0.5)
+        with open(log, "ab") as f:
+            f.write(b"new line\n")
+        wait_for(file_contains(out / "raw.log", b"new line\n"), what="appended line")
+        w.send_signal(signal.SIGTERM)
+        w.wait(30)
+    finally:
+        w.kill()
+    assert (out / "raw.log").read_bytes() == b"new line\n"
+    assert w.returncode == 128 + signal.SIGTERM
