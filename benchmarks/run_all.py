@@ -1,0 +1,29 @@
+"""Run every benchmark in turn (`make bench`). Each prints its own figures and ratios to its target."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = [
+    ["reader_speed.py"],
+    ["reader_speed.py", "--fault", "stale-drafter"],
+    ["engine_capture.py"],
+    ["capture_overhead.py"],
+    ["dashboard_first_chart.py"],
+    ["triage_jobs.py"],
+]
+
+
+def main() -> int:
+    failed = 0
+    for args in RUNS:
+        print(f"\n=== {' '.join(args)}", flush=True)
+        failed += subprocess.run([sys.executable, str(HERE / args[0]), *args[1:]]).returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
