@@ -27,6 +27,7 @@ from analyze.positions import XAxis, choose_axis, default_tolerance, first_diver
 from analyze.rawtext import RawText, capture_seconds, format_excerpt
 from analyze.report import advice, escape, markdown_report
 from capture.session import DEFAULT_ROOT, list_sessions
+from capture.sink import load_chunks
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE / "samples"
@@ -128,12 +129,12 @@ def raw_text(src: Source) -> RawText | None:
 
 def capture_axis(src: Source, result: Any) -> XAxis:
     """The log's own timestamps, else (for a captured session) when each line arrived, else line numbers."""
-    chunks = Path(src.path) / "chunks.parquet" if src.path and Path(src.path).is_dir() else None
     seconds = None
-    if chunks is not None and chunks.is_file():
-        raw = raw_text(src)
+    if src.path and Path(src.path).is_dir():
         try:
-            seconds = capture_seconds(raw, pd.read_parquet(chunks)) if raw is not None else None
+            chunks = load_chunks(Path(src.path))  # chunks.parquet, or the journal of a killed capture
+            raw = raw_text(src) if len(chunks) else None
+            seconds = capture_seconds(raw, chunks) if raw is not None else None
         except (OSError, ValueError, KeyError):
             seconds = None
     return choose_axis(result, seconds)
