@@ -230,3 +230,44 @@ def test_capture_time_axis_for_a_log_without_timestamps(tmp_path: Path, monkeypa
     x = x[~np.isnan(x)]
     # Lines of the first half arrived at once (x = 0), the second half after the pause.
     assert x.min() == 0.0 and 0.8 <= x.max() <= 30
+
+
+def test_same_bytes_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reruns (any widget change) and the same bytes under another name reuse the cached parse."""
+    import analyze
+
+    calls: list[int] = []
+    real = analyze.parse
+
+    def counting(source: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return real(source, **kw)
+
+    monkeypatch.setattr(analyze, "parse", counting)
+    # Bytes no other test uploaded (the cache lives as long as the process).
+    data = SEED.read_bytes() + f"\nunique {id(calls)} {np.random.default_rng().integers(1 << 62)}\n".encode()
+    at = _upload(_app(), ("a.log", data))
+    assert len(calls) == 1
+    at.number_input(key=next(k for k in _keys(at) if k.startswith("tol-"))).set_value(7.0)
+    at.run()
+    _upload(at, ("a.log", data), ("same-bytes-other-name.txt", data))
+    assert not at.exception
+    assert len(calls) == 1
+
+
+def test_upload_limit_names_the_command_line_way_in() -> None:
+    at = _app()
+    captions = "\n".join(c.value for c in at.sidebar.caption)
+    assert "kvtrace dashboard PATH" in captions and "MB" in captions
+
+
+def test_table_filters_narrow_the_rows() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
+    at.run()
+    key = next(m.key for m in at.multiselect if m.key and m.key.endswith("-events-kind"))
+    before = next(len(d.value) for d in at.dataframe if "detail" in d.value.columns)
+    at.multiselect(key=key).set_value(["reset"])
+    at.run()
+    after = next(d.value for d in at.dataframe if "detail" in d.value.columns)
+    assert 0 < len(after) < before and set(after["kind"]) == {"reset"}
