@@ -61,6 +61,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("kv_seq", "kv", "find_slot: stream[",
        rf"find_slot: stream\[(?P<stream>\d+)\] min\[(?P<seq>\d+)\] = \s*(?P<pos_min>{INT}), "
        rf"max\[\d+\] = \s*(?P<pos_max>{INT})", kind="seq"),
+    # ---- per-cycle slot line, early in the table because it is the most frequent after the dumps
+    _p("accepted", "event", "draft tokens",
+       r"accepted\s+(?P<accepted>\d+)/\s*(?P<drafted>\d+) draft tokens(?:, new n_tokens = (?P<pos>\d+))?",
+       kind="accepted", component="target"),
     # ---- the position-check error block (§3.2); every closing variant, any part may be cut off
     _p("pos_header", "block", "inconsistent sequence positions",
        r"the tokens of sequence (?P<seq>\d+) in the input batch have inconsistent sequence positions",
@@ -217,9 +221,6 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("prompt_progress", "hint", "prompt processing progress",
        r"prompt processing progress, n_tokens = (?P<pos>\d+), batch\.n_tokens = (?P<batch_n_tokens>\d+)",
        kind="prompt_progress", component="target"),
-    _p("accepted", "event", "draft tokens",
-       r"accepted\s+(?P<accepted>\d+)/\s*(?P<drafted>\d+) draft tokens(?:, new n_tokens = (?P<pos>\d+))?",
-       kind="accepted", component="target"),
     _p("stop_processing", "event", "stop processing",
        r"stop processing: n_tokens = (?P<pos>\d+), truncated = (?P<truncated>\d+)", kind="stop",
        component="target"),
