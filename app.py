@@ -201,13 +201,15 @@ def gather_sources() -> tuple[list[Source], list[str]]:
 def show_verdict(op: Opened, axis: XAxis) -> None:
     result = op.result
     v = result.verdict
-    ov = overview(result)
+    for warning in result.warnings:  # e.g. a .gz cut short: say what was not read
+        st.warning(escape(warning))
     if v.kind == "no_log":
         st.warning(escape(
             f"{op.source.name}: no llama.cpp log lines found in {result.lines} lines of text. "
             "Upload the server's own output (stderr), a bug report that quotes it, or a captured session."
         ))  # fmt: skip
         return
+    ov = overview(result)
     st.subheader(f"Verdict: {v.kind.replace('_', ' ')}")
     cols = st.columns(6)
     cols[0].metric("Failing side", v.component if v.kind not in ("draft_stats_only",) else "none")
@@ -231,9 +233,6 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
     if v.summary:
         st.markdown(escape(v.summary))
     st.markdown(advice(v.kind, v.component))
-    if result.warnings:
-        st.caption("Reader warnings:")
-        st.code("\n".join(result.warnings), language=None)
 
 
 def _rate(acc: dict[str, Any]) -> str:
@@ -294,8 +293,24 @@ def _x_extent(result: Any, axis: XAxis) -> tuple[float | None, float | None]:
     )
 
 
+def _has_positions(result: Any) -> bool:
+    err = result.errors
+    return bool(len(result.batches) or len(result.kv)
+                or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
+
+
 def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
     result = op.result
+    if not _has_positions(result):
+        st.info(
+            "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
+            "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
+            "`kvtrace capture run -- llama-server ...`."
+        )
+        acc = acceptance_figure(result)
+        if acc is not None:
+            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+        return None
     seq_id, x_range, tol = chart_controls(op, axis, key)
     fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
     st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})

@@ -139,6 +139,8 @@ def test_binary_and_broken_gzip_give_messages_not_tracebacks() -> None:
         at.run()
         assert not at.exception
         assert at.warning or at.error or at.get("plotly_chart")
+        if at.sidebar.selectbox(key="show").value == 1:  # cut.gz
+            assert any("ends early" in w.value for w in at.warning)
 
 
 def test_log_text_is_never_rendered_as_markdown_or_html() -> None:
@@ -271,3 +273,19 @@ def test_table_filters_narrow_the_rows() -> None:
     at.run()
     after = next(d.value for d in at.dataframe if "detail" in d.value.columns)
     assert 0 < len(after) < before and set(after["kind"]) == {"reset"}
+
+
+@pytest.mark.parametrize("report", sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.log")), ids=lambda p: p.stem[:24])
+def test_every_corpus_report_opens_cleanly(report: Path) -> None:
+    at = _upload(_app(), (report.name, report.read_bytes()))
+    assert not at.exception, report.name
+    assert any(s.value.startswith("Verdict: ") for s in at.subheader) or at.warning
+
+
+def test_a_log_without_positions_says_how_to_get_them() -> None:
+    report = ROOT / "tests" / "fixtures" / "corpus" / "16_club3090-1106-deepseek-draft-acceptance-OK.log"
+    at = _upload(_app(), (report.name, report.read_bytes()))
+    assert not at.exception
+    assert "Verdict: draft stats only" in _texts(at)
+    assert any("no KV positions to draw" in i.value and "LLAMA_BATCH_DEBUG=1" in i.value for i in at.info)
+    assert not any(s.key and s.key.startswith("range-") for s in at.slider)
