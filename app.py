@@ -7,10 +7,7 @@ only ever shown as plain text (st.code, st.dataframe, st.json), never as Markdow
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 import analyze
+from analyze.bundle import zip_tables
 from analyze.cli_dashboard import OPEN_ENV
 from analyze.figures import acceptance_figure, compare_figure, delta_figure, position_figure
 from analyze.overview import overview
@@ -400,30 +398,16 @@ def show_downloads(op: Opened, key: str) -> None:
     stem = Path(op.source.name).name.split(".")[0] or "log"
     report = _report(op.source.digest, result, op.source.name)
     c1, c2, c3 = st.columns(3)
-    c1.download_button("Tables (Parquet, zip)", data=lambda: _zip_tables(result, "parquet"),
+    c1.download_button("Tables (Parquet, zip)", data=lambda: zip_tables(result, "parquet"),
                        file_name=f"{stem}-tables-parquet.zip", mime="application/zip", key=f"dl-pq-{key}",
                        on_click="ignore")
-    c2.download_button("Tables (CSV, zip)", data=lambda: _zip_tables(result, "csv"),
+    c2.download_button("Tables (CSV, zip)", data=lambda: zip_tables(result, "csv"),
                        file_name=f"{stem}-tables-csv.zip", mime="application/zip", key=f"dl-csv-{key}",
                        on_click="ignore")
     c3.download_button("Triage report (Markdown)", data=report, file_name=f"{stem}-triage.md",
                        mime="text/markdown", key=f"dl-md-{key}", on_click="ignore")
     with st.expander("Triage report, ready to paste into a GitHub issue"):
         st.code(report, language="markdown")
-
-
-def _zip_tables(result: Any, fmt: str) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, frame in result.tables().items():
-            out = io.BytesIO()
-            if fmt == "parquet":
-                frame.to_parquet(out, index=False)
-            else:
-                frame.to_csv(out, index=False)
-            zf.writestr(f"{name}.{fmt}", out.getvalue())
-        zf.writestr("verdict.json", json.dumps(result.verdict.to_dict(), indent=2, default=str))
-    return buf.getvalue()
 
 
 def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
