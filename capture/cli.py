@@ -63,8 +63,10 @@ def _run_options(f):  # type: ignore[no-untyped-def]
         click.option("--ping", type=click.IntRange(min=0), default=0,
                      help="Once /health answers, send N chat requests, record them, then stop."),
         click.option("--prompt", default=None, help="Prompt for --ping requests."),
-        click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True),
-        click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+                     help="max_tokens of each --ping request."),
+        click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="--ping requests in flight at once (more than 1 exercises --parallel slots)."),
         click.option("--health-timeout", "health_timeout_s", type=float, default=600.0, show_default=True,
                      help="Seconds to wait for /health before giving up."),
         click.option("--keep-running", is_flag=True, help="After --ping, keep capturing until another rule "
