@@ -1,6 +1,6 @@
 """How long a 100 MB log takes to show its first chart in the dashboard. Target: within 10 s.
 
-    python benchmarks/dashboard_first_chart.py [--size-mb 100] [--json]
+    python benchmarks/dashboard_first_chart.py [--size-mb 100] [--fault stale-drafter] [--json]
 
 The log is the reader benchmark's (real engine output with batch dumps and find_slot lines, repeated to
 size; built once under benchmarks/out/). Measured in one run, page cache warm:
@@ -106,9 +106,11 @@ def browser(path: Path) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=100)
+    ap.add_argument("--fault", default="stale-drafter", choices=["stale-drafter", "none", "no-rollback"],
+                    help="engine fault of the repeated capture (default: the failure this tool is for)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
-    path = big_log(args.size_mb)
+    path = big_log(args.size_mb, args.fault)
     path.read_bytes()  # warm the page cache so both measurements read from memory
     out: dict[str, object] = {"file_mb": round(path.stat().st_size / 1e6, 1)}
     out |= library(path)
