@@ -45,6 +45,15 @@ def _in_range(x: np.ndarray, x_range: tuple[float, float] | None) -> np.ndarray:
     return (x >= x_range[0]) & (x <= x_range[1])
 
 
+def _extent(lo: float, hi: float, *values: np.ndarray) -> tuple[float, float]:
+    """Widen (lo, hi) to cover the finite values (NaN gaps and empty arrays ignored)."""
+    for v in values:
+        v = v[np.isfinite(v)]
+        if v.size:
+            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
+    return lo, hi
+
+
 def _segments(x: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vertical segments x: (y0 -> y1) as one trace's points, separated by NaN gaps."""
     n = x.size
@@ -75,7 +84,7 @@ def _position_traces(
             idx = minmax_indices(pmax, max_points // 2)
             if idx.size:
                 xs, ys = _segments(x[idx], pmin[idx], pmax[idx])
-                lo, hi = min(lo, np.nanmin(pmin[idx])), max(hi, np.nanmax(pmax[idx]))
+                lo, hi = _extent(lo, hi, pmin[idx], pmax[idx])
                 add(go.Scatter(
                     x=xs, y=ys, mode="lines", name=f"{context} batch span{suffix}",
                     legendgroup=f"{context}{suffix}", line={"color": COLOURS[context], "width": 5},
@@ -90,8 +99,7 @@ def _position_traces(
         # Error X points need no forced keep here: the error trace draws every one of them exactly.
         idx = minmax_indices(pos, max_points)
         x, y, line = s["x"].to_numpy(float)[idx], pos[idx], s["line"].to_numpy(np.int64)[idx]
-        if y.size:
-            lo, hi = min(lo, np.nanmin(y)), max(hi, np.nanmax(y))
+        lo, hi = _extent(lo, hi, y)
         add(go.Scatter(
             x=x, y=y, mode="lines+markers" if y.size < 400 else "lines", name=f"{context}{suffix}",
             legendgroup=f"{context}{suffix}", line={"color": COLOURS[context], "width": 2, "shape": "hv",
