@@ -251,6 +251,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("draft_candidate", "hint", "draft candidate",
        r"seq_id (?P<seq>\d+), draft candidate\s+(?P<i>\d+), pos\s+(?P<pos>\d+)", kind="draft",
        component="drafter"),
+    _p("server_decode", "hint", "n_batch (effective)", r"n_batch \(effective\) = (?P<n_batch>\d+)", kind="decode",
+       component="target", builds="upstream server SRV_DBG, printed right before it decodes the slots' batch"),
     _p("generate_draft", "hint", "generate_draft", r"generate_draft: id=(?P<id>\d+).*?pos_next=(?P<pos>\d+)",
        kind="draft", component="drafter"),
     # ---- DFlash key=value lines, generically (after the specific ones above)

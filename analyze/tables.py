@@ -73,6 +73,7 @@ def build_batches(w: Walker, sizes: SizeMap) -> pd.DataFrame:
     hint = np.frombuffer(b.hint, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
     buf = np.frombuffer(b.buf, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
     by_sig = {idx: sizes.lookup(max(group)) for group, idx in w._sigs.items()}  # noqa: SLF001
+    by_sig = {idx: v for idx, v in by_sig.items() if v[1] > 0}  # sizes that do not tell are no evidence
     context, confidence = attribute_batches(sig, hint, buf, w.buffer_request, by_sig, is_speculative(w))
     embd = np.frombuffer(b.embd, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
     return pd.DataFrame({

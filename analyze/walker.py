@@ -376,6 +376,13 @@ class Walker:
         if p.family == "hint" or p.extra.get("hint"):
             self._hint = (no, p.component, 0, line)
         if p.family == "hint" and p.kind == "draft":
+            # candidates are printed from the logits of the decode that just ran: that batch was the drafter's
+            b = self.batches
+            for r in self._cur_rows:
+                if b.hint[r] == 0:
+                    b.hint[r] = CONTEXT_CODES["drafter"]
+            return
+        if p.family == "hint" and p.kind == "decode":
             return
         if p.kind == "new_prompt":
             self._requests += 1

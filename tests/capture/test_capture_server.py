@@ -68,6 +68,11 @@ def test_the_log_holds_both_contexts_and_the_acceptance_statistics(ping_session:
     b = result.batches
     assert ((b.n_tokens > 1) & (b.n_outputs == b.n_tokens)).any()
     assert ((b.n_tokens == 1) & (b.n_outputs == 1)).any()
+    # Both contexts' batches are told apart: in b11434 both caches have one size, so it is the caller's batch
+    # buffer named by the server's decode line and the drafter's candidate lines; verify batches are the target's
+    assert {"target", "drafter"} <= set(b.context.astype(str))
+    verify = b[(b.n_tokens > 1) & (b.n_outputs == b.n_tokens)]
+    assert (verify.context == "target").all()
     stats = result.events[result.events.kind == "draft_stats"]
     assert len(stats) >= 3
     assert result.verdict.kind == "draft_stats_only"
