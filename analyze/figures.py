@@ -45,6 +45,16 @@ def _in_range(x: np.ndarray, x_range: tuple[float, float] | None) -> np.ndarray:
     return (x >= x_range[0]) & (x <= x_range[1])
 
 
+def _x_span(fig: go.Figure, x_range: tuple[float, float] | None) -> float | None:
+    """Width of the x range drawn so far (the zoom if one is set)."""
+    if x_range is not None:
+        return float(x_range[1] - x_range[0])
+    xs = [np.asarray(tr.x, dtype=float) for tr in fig.data if tr.x is not None and len(tr.x)]
+    xs = [x[np.isfinite(x)] for x in xs]
+    xs = [x for x in xs if x.size]
+    return float(max(x.max() for x in xs) - min(x.min() for x in xs)) if xs else None
+
+
 def _extent(lo: float, hi: float, *values: np.ndarray) -> tuple[float, float]:
     """Widen (lo, hi) to cover the finite values (NaN gaps and empty arrays ignored)."""
     for v in values:
@@ -112,7 +122,7 @@ def _position_traces(
 
 def _error_traces(
     fig: go.Figure, result: object, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None,
-    suffix: str = "", col: int | None = None, labels: bool = True,
+    suffix: str = "", col: int | None = None, labels: bool = True, span: float | None = None,
 ) -> tuple[float, float]:
     add = (lambda tr: fig.add_trace(tr, row=1, col=col)) if col else fig.add_trace
     err = result.errors  # type: ignore[attr-defined]
@@ -154,7 +164,8 @@ def _error_traces(
         ))  # fmt: skip
     if labels:
         # Label errors that have room: the first, then any at least 8 % of the drawn range further on.
-        span = (np.nanmax(x) - np.nanmin(x)) if x.size else 0.0
+        if span is None:
+            span = float(np.nanmax(x) - np.nanmin(x)) if x.size else 0.0
         last = -np.inf
         shown = 0
         for i in np.flatnonzero(both):
@@ -218,7 +229,7 @@ def position_figure(
     axis = axis or choose_axis(result)
     fig = go.Figure()
     lo, hi = _position_traces(fig, result, seq_id, axis, x_range, max_points)
-    elo, ehi = _error_traces(fig, result, seq_id, axis, x_range)
+    elo, ehi = _error_traces(fig, result, seq_id, axis, x_range, span=_x_span(fig, x_range))
     lo, hi = min(lo, elo), max(hi, ehi)
     if not np.isfinite(lo):
         lo, hi = 0.0, 1.0
