@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from analyze.reader import InputError, resolve_path
+
 OPEN_ENV = "KVTRACE_OPEN"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -82,8 +84,11 @@ def dashboard_command(source: Path | None, port: int | None, host: str) -> None:
       kvtrace dashboard sessions/20261130-0945-engine-stale-drafter
       kvtrace dashboard server.log.gz --port 8600
     """
-    if source is not None and not source.exists():
-        raise click.UsageError(f"no such file or session folder: {source}")
+    if source is not None:
+        try:
+            resolve_path(source)  # a file, or a session folder holding raw.log
+        except InputError as exc:
+            raise click.UsageError(str(exc)) from None
     if not app_path().is_file():
         raise click.ClickException(f"the dashboard app is missing from this installation ({app_path().name})")
     if host not in ("127.0.0.1", "localhost", "::1"):

@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(dashboard_command, [str(tmp_path / "nope.log")])
     assert res.exit_code == 2
-    assert "no such file or session folder" in res.output
+    assert "no such file" in res.output
     assert "Traceback" not in res.output
+    res = CliRunner().invoke(dashboard_command, [str(tmp_path)])  # a folder that is not a session
+    assert res.exit_code == 2 and "without raw.log" in res.output
 
 
 def test_help_has_examples() -> None:
