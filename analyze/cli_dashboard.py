@@ -76,7 +76,7 @@ def launch(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None)
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the first free one from 8501).")
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 def dashboard_command(source: Path | None, port: int | None, host: str) -> None:
-    """Open the dashboard in your browser, on a session folder or a log file.
+    """Start the dashboard on 127.0.0.1 and print its URL, opened on a session folder or a log file.
 
     \b
     Examples:
