@@ -74,8 +74,6 @@ class Walker:
     # ------------------------------------------------------------------ the hot loop
     def feed(self, lines: list[str]) -> None:
         no = self.n_lines
-        patterns = PATTERNS
-        table = _TABLE
         in_input = self._dump == _INPUT
         fragment = self._fragment
         for line in lines:
@@ -123,27 +121,30 @@ class Walker:
                     self._batch(hot.kind, m, no, line)
                 in_input = self._dump == _INPUT
                 continue
-            for anchor, search, p in table:
-                if anchor in line:
-                    m = search(line)
-                    if m is not None:
-                        if self._dispatch(p, m, no, line) is not False:
-                            self.n_recognised += 1
-                        in_input = self._dump == _INPUT
-                        break
-            else:
-                if "&" in line and (text := unescape(line)) != line:
-                    # an HTML-escaped paste: try once more on the unescaped text
-                    for p in patterns:
-                        if p.anchor in text:
-                            m = p.regex.search(text)
-                            if m is not None:
-                                if self._dispatch(p, m, no, text) is not False:
-                                    self.n_recognised += 1
-                                in_input = self._dump == _INPUT
-                                break
+            if not self._match(line, no) and "&" in line and (text := unescape(line)) != line:
+                self._match(text, no)  # an HTML-escaped paste: once more on the unescaped text
+            in_input = self._dump == _INPUT
         self.n_lines = no
         self._fragment = fragment
+
+    def _match(self, line: str, no: int) -> bool:
+        """The first table entry that matches; then the rest of the line, where one message ends without
+        a newline and the next is glued on (a paste that lost its line breaks, the fork's unterminated
+        warnings). Only failure-side lines are rescanned, so the hot path never pays for it."""
+        found = False
+        for _ in range(8):
+            hit = _first(line)
+            if hit is None:
+                return found
+            found = True
+            p, m = hit
+            if self._dispatch(p, m, no, line) is not False:
+                self.n_recognised += 1
+            rest = line[m.end():]
+            if p.family not in _RESCAN or len(rest) < 16:
+                return True
+            line = rest
+        return found
 
     def close(self) -> None:
         self._end_batch()
@@ -456,6 +457,15 @@ class Walker:
 
 
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
+_RESCAN = {"block", "failure", "follow"}
+
+
+def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
+    """The first entry of the table that matches the line (its anchor first, then its regex)."""
+    for anchor, search, p in _TABLE:
+        if anchor in line and (m := search(line)) is not None:
+            return p, m
+    return None
 _FIELD = BY_NAME["batch_field"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]

@@ -116,3 +116,13 @@ def test_pasted_server_timings_are_draft_statistics() -> None:
     pretty = '  "timings": {\n    "draft_n": 55,\n    "draft_n_accepted": 51\n  }\n'
     v = analyze.parse(pretty.encode()).verdict
     assert (v.acceptance["accepted"], v.acceptance["generated"]) == (51, 55)
+
+
+def test_a_paste_that_lost_its_line_breaks() -> None:
+    block = " ".join(position_error("", 0, 259, 1361)) + (
+        " decode: failed to initialize batch llama_decode: failed to decode, ret = -1 dflash: drafter decode failed with -1")
+    r = analyze.parse(block.encode())
+    e = r.errors
+    assert len(e) == 1
+    assert (e.last_pos.iloc[0], e.batch_start.iloc[0], e.variant.iloc[0]) == (259, 1361, "consecutive")
+    assert (e.ret.iloc[0], e.component.iloc[0]) == (-1, "drafter")
