@@ -97,7 +97,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("invalid_seq_id", "failure", "invalid seq_id[",
        rf"invalid seq_id\[(?P<i>\d+)\]\[\d+\] = (?P<seq>{INT}) >= (?P<max>\d+)", kind="decode_failed"),
     # ---- decode / encode failures (§4) and the callers that say which side failed (§2.3, §6, §7)
-    _p("init_failed", "failure", "failed to initialize batch", r"(?P<func>\w+): failed to initialize batch",
+    _p("init_failed", "failure", "failed to initialize batch", r"failed to initialize batch",
        kind="decode_failed", extra={"stage": "1"}),
     _p("llama_decode_ret", "failure", "failed to decode, ret =",
        rf"llama_(?:de|en)code: failed to (?:de|en)code, ret = (?P<ret>{INT})",

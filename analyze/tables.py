@@ -116,21 +116,28 @@ def infer_components(w: Walker, batches: pd.DataFrame, kv: pd.DataFrame) -> None
             f.component, f.evidence = ctx, why
 
 
+def _column(values: list[Any], dtype: str) -> pd.Series:
+    return pd.Series(values, dtype=dtype)
+
+
 def build_errors(w: Walker) -> pd.DataFrame:
-    rows = [
-        {"line": f.line, "t": f.t, "kind": f.kind, "variant": f.variant, "seq_id": f.seq_id,
-         "last_pos": f.last_pos, "batch_start": f.batch_start, "ret": f.ret, "component": f.component,
-         "evidence": f.evidence, "evidence_line": f.evidence_line, "batch": f.batch,
-         "lines": readable(json.dumps(f.lines, ensure_ascii=False))}
-        for f in w.failures
-    ]
-    df = pd.DataFrame(rows, columns=ERROR_COLUMNS)
-    for col in ("line", "seq_id", "last_pos", "batch_start", "ret", "evidence_line", "batch"):
-        df[col] = df[col].astype("Int64")
-    df["t"] = df["t"].astype("float64")
-    for col in ("kind", "variant", "component", "evidence", "lines"):
-        df[col] = df[col].astype("string")
-    return df
+    fs = w.failures
+    return pd.DataFrame({
+        "line": _column([f.line for f in fs], "Int64"),
+        "t": _column([f.t for f in fs], "float64"),
+        "kind": _column([f.kind for f in fs], "string"),
+        "variant": _column([f.variant for f in fs], "string"),
+        "seq_id": _column([f.seq_id for f in fs], "Int64"),
+        "last_pos": _column([f.last_pos for f in fs], "Int64"),
+        "batch_start": _column([f.batch_start for f in fs], "Int64"),
+        "ret": _column([f.ret for f in fs], "Int64"),
+        "component": _column([f.component for f in fs], "string"),
+        "evidence": _column([f.evidence for f in fs], "string"),
+        "evidence_line": _column([f.evidence_line for f in fs], "Int64"),
+        "batch": _column([f.batch for f in fs], "Int64"),
+        "lines": _column([readable(json.dumps(f.lines, ensure_ascii=False)) if f.lines else "[]" for f in fs],
+                         "string"),
+    }, columns=ERROR_COLUMNS)
 
 
 def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
@@ -154,21 +161,21 @@ def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
-    rows: list[dict[str, Any]] = [
-        {"line": e.line, "t": e.t, "kind": e.kind, "context": e.context, "seq_id": e.seq_id, "pos": e.pos,
-         "detail": e.detail}
-        for e in w.events
-    ]
-    df = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    es = w.events
+    df = pd.DataFrame({
+        "line": _column([e.line for e in es], "Int64"),
+        "t": _column([e.t for e in es], "float64"),
+        "kind": _column([e.kind for e in es], "string"),
+        "context": pd.Categorical([e.context for e in es], dtype=CONTEXT_DTYPE),
+        "seq_id": _column([e.seq_id for e in es], "Int64"),
+        "pos": _column([e.pos for e in es], "Int64"),
+        "detail": _column([e.detail for e in es], "string"),
+    }, columns=EVENT_COLUMNS)
     drops = kv_drops(kv)
     if not drops.empty:
+        drops = drops.astype({"line": "Int64", "seq_id": "Int64", "pos": "Int64", "kind": "string", "detail": "string"})
+        drops["context"] = pd.Categorical(drops["context"], dtype=CONTEXT_DTYPE)
         df = pd.concat([df, drops], ignore_index=True).sort_values("line", kind="stable", ignore_index=True)
-    for col in ("line", "seq_id", "pos"):
-        df[col] = df[col].astype("Int64")
-    df["t"] = df["t"].astype("float64")
-    df["context"] = pd.Categorical(df["context"], dtype=CONTEXT_DTYPE)
-    for col in ("kind", "detail"):
-        df[col] = df[col].astype("string")
     return df
 
 

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from analyze.normalize import message, parse_prefix, readable, unescape
+from analyze.normalize import LLAMA_PREFIX, message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -25,7 +25,7 @@ from analyze.records import (
 )
 
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
-_SLOT = re.compile(r"slot\s+[\w ]+?: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")
+_SLOT = re.compile(r": id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")  # a slot line's `id N | task M |`
 _NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
 
 # the batch-dump states
@@ -461,11 +461,32 @@ _RESCAN = {"block", "failure", "follow"}
 
 
 def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
-    """The first entry of the table that matches the line (its anchor first, then its regex)."""
-    for anchor, search, p in _TABLE:
-        if anchor in line and (m := search(line)) is not None:
+    """The first entry of the table that matches the line (its anchor first, then its regex).
+
+    Which entry a message matches is remembered by its text without llama.cpp's timestamp prefix: the
+    same failure lines repeat on every cycle of a failing run, and walking the table is the costly part."""
+    key = line
+    if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
+        key = line[pre.end() :]
+    idx = _FIRST.get(key)
+    if idx is not None:
+        if idx < 0:
+            return None
+        p = PATTERNS[idx]
+        m = p.regex.search(line)
+        if m is not None:
             return p, m
+    if len(_FIRST) > 20_000:
+        _FIRST.clear()
+    for i, (anchor, search, p) in enumerate(_TABLE):
+        if anchor in line and (m := search(line)) is not None:
+            _FIRST[key] = i
+            return p, m
+    _FIRST[key] = -1
     return None
+
+
+_FIRST: dict[str, int] = {}
 _FIELD = BY_NAME["batch_field"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
