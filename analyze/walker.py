@@ -38,6 +38,13 @@ def _int(v: str | None) -> int | None:
     return None if v is None else int(v)
 
 
+def _int_or_na(v: str | None) -> int:
+    try:
+        return int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return NA
+
+
 class Walker:
     """Turns lines into records. `feed` as often as you like, then `close`."""
 
@@ -177,6 +184,8 @@ class Walker:
         return True
 
     def _time(self, line: str) -> tuple[float, str | None]:
+        if (m := _PREFIX_AT_START(line)) is not None:  # a raw capture: llama.cpp's own prefix, nothing else
+            return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6, m[5]
         pre = parse_prefix(line)
         if pre.t is None:
             return math.nan, pre.level
@@ -196,7 +205,8 @@ class Walker:
             self._batch_line = no
             self._batch_t = self._time(line)[0]
         elif kind == "ubatch":
-            self._flush_input()
+            if self._dump != _OUT:
+                self._flush_input()
             self._dump = _UBATCH
         elif kind == "seq_open":
             if self._dump == _INPUT:
@@ -214,8 +224,8 @@ class Walker:
             return
         self._dump = _OUT
         f = self._fields
-        n_tokens = int(f["n_tokens"]) if f.get("n_tokens", "").lstrip("-").isdigit() else NA
-        n_outputs = int(f["n_outputs"]) if f.get("n_outputs", "").lstrip("-").isdigit() else NA
+        n_tokens = _int_or_na(f.get("n_tokens"))
+        n_outputs = _int_or_na(f.get("n_outputs"))
         embd = -1 if "embd" not in f else int(f["embd"] not in _NIL and f["embd"].strip("0x") != "")
         seqs = self._seqs or [(NA, NA, NA)]
         ptr = f.get("pos", "")
@@ -251,7 +261,8 @@ class Walker:
             b.buf.append(buf)
 
     def _end_batch(self) -> None:
-        self._flush_input()
+        if self._dump == _INPUT or self._dump == _SEQS:
+            self._flush_input()
         if self._cur_rows and self._cur_sizes:
             key = frozenset(self._cur_sizes)
             sig = self._sigs.setdefault(key, len(self._sigs))
@@ -487,6 +498,7 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
 
 
 _FIRST: dict[str, int] = {}
+_PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
