@@ -76,7 +76,7 @@ class Walker:
         self.buffer_request: list[int] = []  # the request each buffer id was first seen in
         self._kv_size = NA
         self._failure: Failure | None = None
-        self._hint: tuple[int, str, int, str] | None = None  # (line, component, pattern) of the last hint
+        self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
 
     # ------------------------------------------------------------------ the hot loop
     def feed(self, lines: list[str]) -> None:
@@ -91,7 +91,7 @@ class Walker:
                     if ": id = " in line or "[embd]" in line:  # a token row: only its end matters
                         fragment = "output = " not in line
                     elif "n_tokens" in line or "n_outputs" in line or "embd" in line or ":   pos " in line:
-                        # fields are read by name (builds add fields); only these three feed the tables
+                        # fields are read by name (builds add fields): sizes, embeddings, the caller's buffer
                         m = _FIELD.search(line)
                         if m is not None:
                             self._fields[m["key"]] = m["value"]
@@ -371,7 +371,7 @@ class Walker:
             return
         self._failure = None
         if f.component == "unknown" and self._hint is not None:
-            h_line, h_comp, h_text = self._hint[0], self._hint[1], self._hint[3]
+            h_line, h_comp, h_text = self._hint
             if 0 < f.line - h_line <= HINT_GAP:
                 f.component, f.evidence, f.evidence_line = h_comp, message(h_text), h_line
         if f.batch is not None and f.component != "unknown":
@@ -386,7 +386,7 @@ class Walker:
     def _event(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
         g = {k: v for k, v in m.groupdict().items() if v is not None}
         if p.family == "hint" or p.extra.get("hint"):
-            self._hint = (no, p.component, 0, line)
+            self._hint = (no, p.component, line)
         if p.family == "hint" and p.kind == "draft":
             # candidates are printed from the logits of the decode that just ran: that batch was the drafter's
             b = self.batches
