@@ -6,7 +6,6 @@ child failed, a compare that regressed), 2 bad input or usage, with a one-line r
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -253,5 +252,3 @@ def main() -> None:
         click.echo(f"kvtrace: internal error: {type(exc).__name__}: {exc} (set KVTRACE_DEBUG=1 for details)", err=True)
         raise SystemExit(3) from None
 
-
-functools.update_wrapper(main, cli.callback)  # type: ignore[arg-type]

@@ -68,12 +68,17 @@ def unescape(line: str) -> str:
     return html.unescape(line) if "&" in line else line
 
 
+def llama_seconds(m: re.Match[str]) -> float:
+    """Seconds since the logger started, from a LLAMA_PREFIX match."""
+    return int(m["m"]) * 60 + int(m["s"]) + int(m["ms"]) / 1e3 + int(m["us"]) / 1e6
+
+
 def parse_prefix(line: str) -> Prefix:
     """Read the prefixes in front of llama.cpp's message. Only called for lines that become records."""
     out = Prefix()
     m = LLAMA_PREFIX.match(line)
     if m is not None:  # the common case in a raw capture: llama.cpp's own prefix and nothing else
-        out.t = int(m["m"]) * 60 + int(m["s"]) + int(m["ms"]) / 1e3 + int(m["us"]) / 1e6
+        out.t = llama_seconds(m)
         out.level = m["lvl"]
         out.start = m.end()
         return out
@@ -108,7 +113,7 @@ def parse_prefix(line: str) -> Prefix:
         if m is not None and m.group("lvl") is None:
             m = None
     if m is not None:
-        out.t = int(m.group("m")) * 60 + int(m.group("s")) + int(m.group("ms")) / 1e3 + int(m.group("us")) / 1e6
+        out.t = llama_seconds(m)
         out.absolute = False
         out.level = m.group("lvl")
         pos = m.end()

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
 
 NA = -(2**63)  # a missing integer inside an array('q')
 
@@ -91,6 +94,11 @@ class KvColumns:
 
     def __len__(self) -> int:
         return len(self.line)
+
+
+def opt_int(v: Any) -> int | None:
+    """A table cell as a plain int, or None where it is missing (None, NaN, pd.NA)."""
+    return None if v is None or pd.isna(v) else int(v)
 
 
 CONTEXT_CODES = {"unknown": 0, "target": 1, "drafter": 2}

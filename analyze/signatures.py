@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
+from analyze.records import opt_int
 
 DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -173,17 +174,13 @@ def _positions(result: Any) -> pd.DataFrame:
     return e[e["kind"] == "inconsistent_positions"]
 
 
-def _int(v: Any) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
-
-
 def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
     """The X and Y lines of one failure block (and its caller line), from the reader's kept lines."""
     keep = []
     for n, text in json.loads(row["lines"]):
         if "is X =" in text or "starting position of Y" in text or "M-RoPE" in text or "consecutive" in text:
             keep.append((int(n), text.strip()))
-    ev_line = _int(row["evidence_line"])
+    ev_line = opt_int(row["evidence_line"])
     if ev_line is not None and row["evidence"] and all(n != ev_line for n, _ in keep):
         keep.append((ev_line, str(row["evidence"]).strip()))
     return keep
@@ -249,7 +246,7 @@ def rule_mrope(result: Any, _c: CycleStats) -> Match | None:
     c = _complete(m)
     row = c.iloc[0] if len(c) else m.iloc[0]
     op = "<" if row["variant"] == "mrope_lt" else "<="
-    x, y = _int(row["last_pos"]), _int(row["batch_start"])
+    x, y = opt_int(row["last_pos"]), opt_int(row["batch_start"])
     where = f"X = {x}, Y = {y}" if x is not None and y is not None else "X/Y cut off"
     return Match(
         f"{len(m)} {row['component']} batch{'es' if len(m) != 1 else ''} refused by the M-RoPE rule X {op} Y "
@@ -308,7 +305,7 @@ def rule_not_continuous(result: Any, _c: CycleStats) -> Match | None:
     if rows.empty:
         return None
     row = rows.iloc[0]
-    return Match(f"{len(rows)} batch{'es' if len(rows) != 1 else ''} refused: sequence {_int(row['seq_id'])} "
+    return Match(f"{len(rows)} batch{'es' if len(rows) != 1 else ''} refused: sequence {opt_int(row['seq_id'])} "
                  f"{str(row['variant']).replace('_', ' ')} inside one batch ({row['component']}).",
                  tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
 
@@ -336,7 +333,7 @@ def rule_kv_full(result: Any, _c: CycleStats) -> Match | None:
     shifts = [int(n) for n, d in zip(result.events["line"], result.events["detail"], strict=True)
               if json.loads(d).get("pattern") == "context_shift"]
     return Match(f"the {row['component']} KV cache had no room ({row['variant']}"
-                 f"{', ret = ' + str(_int(row['ret'])) if _int(row['ret']) is not None else ''}); "
+                 f"{', ret = ' + str(opt_int(row['ret'])) if opt_int(row['ret']) is not None else ''}); "
                  f"{len(rows)} such failure{'s' if len(rows) != 1 else ''}, {len(shifts)} context shift"
                  f"{'s' if len(shifts) != 1 else ''}.",
                  tuple(_block_lines(row)), {"n": len(rows), "context_shifts": len(shifts)}, key=str(row["variant"]))

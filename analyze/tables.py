@@ -67,14 +67,14 @@ def build_kv(w: Walker, sizes: SizeMap) -> pd.DataFrame:
     return df
 
 
-def build_batches(w: Walker, sizes: SizeMap) -> pd.DataFrame:
+def build_batches(w: Walker, sizes: SizeMap, speculative: bool) -> pd.DataFrame:
     b = w.batches
     sig = np.frombuffer(b.sig, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
     hint = np.frombuffer(b.hint, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
     buf = np.frombuffer(b.buf, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
     by_sig = {idx: sizes.lookup(max(group)) for group, idx in w._sigs.items()}  # noqa: SLF001
     by_sig = {idx: v for idx, v in by_sig.items() if v[1] > 0}  # sizes that do not tell are no evidence
-    context, confidence = attribute_batches(sig, hint, buf, w.buffer_request, by_sig, is_speculative(w))
+    context, confidence = attribute_batches(sig, hint, buf, w.buffer_request, by_sig, speculative)
     embd = np.frombuffer(b.embd, dtype=np.int8) if len(b) else np.zeros(0, dtype=np.int8)
     return pd.DataFrame({
         "batch": _ints(b.batch, nullable=False),
@@ -179,14 +179,15 @@ def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def build_meta(w: Walker, sizes: SizeMap, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes: int,
+               warnings: list[str]) -> dict[str, Any]:
     meta = {k: v for k, v in w.meta.items() if not k.startswith("_")}
     meta.update({
         "source": name,
         "bytes": n_bytes,
         "lines": w.n_lines,
         "recognised_lines": w.n_recognised,
-        "speculative": is_speculative(w),
+        "speculative": speculative,
         "context_sizes": {str(k): v for k, v in sizes.contexts.items()},
         "context_attribution": sizes.how,
         "n_gpus": len({g["index"] for g in w.meta["gpus"]}) or max(w.meta.get("n_devices", {}).values(), default=0),
@@ -198,14 +199,15 @@ def build_meta(w: Walker, sizes: SizeMap, name: str, n_bytes: int, warnings: lis
 
 
 def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
-    sizes = map_sizes(w._sigs, w.meta, is_speculative(w))  # noqa: SLF001
+    speculative = is_speculative(w)
+    sizes = map_sizes(w._sigs, w.meta, speculative)  # noqa: SLF001
     kv = build_kv(w, sizes)
-    batches = build_batches(w, sizes)
+    batches = build_batches(w, sizes, speculative)
     infer_components(w, batches, kv)
     return {
         "batches": batches,
         "kv": kv,
         "errors": build_errors(w),
         "events": build_events(w, kv),
-        "meta": build_meta(w, sizes, name, n_bytes, warnings),
+        "meta": build_meta(w, sizes, speculative, name, n_bytes, warnings),
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from analyze.records import opt_int
 from analyze.signatures import stale_drafter
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -41,10 +42,6 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _opt(v: Any) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
 
 
 def acceptance(events: pd.DataFrame) -> dict[str, Any]:
@@ -89,7 +86,7 @@ def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any
     if len(lines) > 8:  # the start and the end of a long run (retries) say the most
         lines = lines[:4] + lines[-3:]
     out = [{"line": int(n), "text": text.strip()} for n, text in lines]
-    ev_line = _opt(row["evidence_line"])
+    ev_line = opt_int(row["evidence_line"])
     if ev_line is not None and all(e["line"] != ev_line for e in out):
         out.append({"line": ev_line, "text": str(row["evidence"])})
     return out
@@ -97,7 +94,7 @@ def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any
 
 def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     comp = first["component"]
-    x, y = _opt(first["last_pos"]), _opt(first["batch_start"])
+    x, y = opt_int(first["last_pos"]), opt_int(first["batch_start"])
     n = len(pos)
     side = {"drafter": "drafter", "target": "target"}.get(comp, "")
     rule = RULES.get(str(first["variant"]), "")
@@ -107,7 +104,8 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
                 f"but the paste cut off the X/Y values ({side or 'unknown side'}).")
     where = f"Y = {y}" if y is not None else "a position the paste cut off"
     ctx = f"the {side}'s KV cache" if side else "the KV cache"
-    text = (f"llama.cpp refused {'a ' + side + ' batch' if side else 'a batch'} for sequence {_opt(first['seq_id'])}: "
+    what = f"a {side} batch" if side else "a batch"
+    text = (f"llama.cpp refused {what} for sequence {opt_int(first['seq_id'])}: "
             f"{ctx} held positions up to X = {x} but the batch started at {where} ({rule}).")
     if side == "drafter" and stale_drafter(pos):
         text = (f"The drafter's KV cache is stale: it stayed at X = {x} while {n} draft batches arrived at the "
@@ -130,7 +128,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]
         first = complete.iloc[0] if not complete.empty else pos.iloc[0]
         with_x = pos[pos.last_pos.notna()]
-        x_row = first if _opt(first["last_pos"]) is not None or with_x.empty else with_x.iloc[0]
+        x_row = first if opt_int(first["last_pos"]) is not None or with_x.empty else with_x.iloc[0]
         comp = str(first["component"])
         if comp == "unknown":
             known = pos[pos.component != "unknown"].component
@@ -138,9 +136,9 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         first = first.copy()
         first["component"] = comp
         first["last_pos"] = x_row["last_pos"]
-        seq = _opt(first["seq_id"])
-        return Verdict("inconsistent_positions", comp, seq, _opt(x_row["last_pos"]),
-                       _opt(first["batch_start"]) if not complete.empty else None, len(pos),
+        seq = opt_int(first["seq_id"])
+        return Verdict("inconsistent_positions", comp, seq, opt_int(x_row["last_pos"]),
+                       opt_int(first["batch_start"]) if not complete.empty else None, len(pos),
                        _position_summary(pos, first), _evidence(errors, first), **base)
     for kind in ("decode_failed", "kv_slot", "assert", "error"):
         rows = errors[errors.kind == kind]
@@ -149,7 +147,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         first = rows.iloc[0]
         comp = str(first["component"])
         side = f"the {comp}" if comp != "unknown" else "a"
-        ret = _opt(first["ret"])
+        ret = opt_int(first["ret"])
         if kind == "decode_failed":
             summary = (f"A decode on {side} context failed ({first['variant']}"
                        f"{', ret = ' + str(ret) if ret is not None else ''}); the log has no X/Y position detail.")
@@ -165,7 +163,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
-        return Verdict(verdict_kind, comp, _opt(first["seq_id"]), None, None, 0, summary,
+        return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary,
                        _evidence(errors, first), **base)
     if acc or (events.kind == "draft_stats").any():
         rate = acc.get("rate")

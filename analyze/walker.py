@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from analyze.normalize import LLAMA_PREFIX, message, parse_prefix, readable, unescape
+from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -185,7 +185,7 @@ class Walker:
 
     def _time(self, line: str) -> tuple[float, str | None]:
         if (m := _PREFIX_AT_START(line)) is not None:  # a raw capture: llama.cpp's own prefix, nothing else
-            return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6, m[5]
+            return llama_seconds(m), m["lvl"]
         pre = parse_prefix(line)
         if pre.t is None:
             return math.nan, pre.level
