@@ -36,8 +36,8 @@ def enlarge_pipe(fd: int, size: int = READ_SIZE) -> None:
         fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
 
 
-def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[bytes]:
-    """Chunks from a pipe or tty until EOF, or until `stop` is set and nothing more is waiting."""
+def _ready(fd: int, stop: threading.Event, poll_s: float) -> Iterator[None]:
+    """Once each time `fd` has something to read (or hit EOF); ends when `stop` is set and nothing waits."""
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while True:
@@ -45,10 +45,15 @@ def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[
             ready = poller.poll(int(poll_s * 1000))
         except InterruptedError:
             continue
-        if not ready:
-            if stop.is_set():
-                return
-            continue
+        if ready:
+            yield
+        elif stop.is_set():
+            return
+
+
+def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[bytes]:
+    """Chunks from a pipe or tty until EOF, or until `stop` is set and nothing more is waiting."""
+    for _ in _ready(fd, stop, poll_s):
         try:
             chunk = os.read(fd, READ_SIZE)
         except InterruptedError:
@@ -63,18 +68,8 @@ def read_fd(fd: int, stop: threading.Event, *, poll_s: float = 0.2) -> Iterator[
 def splice_fd(fd: int, splice: Callable[[int, int], int], stop: threading.Event, *, poll_s: float = 0.2) -> bool:
     """Like read_fd, but the bytes go from the pipe to the sink inside the kernel (`splice` is
     RawSink.splice_from). False, before anything moved, when `fd` cannot be spliced (not a pipe)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     moved = False
-    while True:
-        try:
-            ready = poller.poll(int(poll_s * 1000))
-        except InterruptedError:
-            continue
-        if not ready:
-            if stop.is_set():
-                return True
-            continue
+    for _ in _ready(fd, stop, poll_s):
         try:
             n = splice(fd, READ_SIZE)
         except InterruptedError:
@@ -85,6 +80,7 @@ def splice_fd(fd: int, splice: Callable[[int, int], int], stop: threading.Event,
         if n == 0:
             return True
         moved = True
+    return True
 
 
 def signal_name(returncode: int | None) -> str | None:
