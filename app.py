@@ -17,15 +17,14 @@ import pandas as pd
 import streamlit as st
 
 import analyze
-from analyze.bundle import zip_tables
-from analyze.cli_dashboard import OPEN_ENV
-from analyze.figures import acceptance_figure, compare_figure, delta_figure, position_figure
-from analyze.overview import overview
-from analyze.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
-from analyze.rawtext import RawText, capture_seconds, format_excerpt
-from analyze.report import advice, escape, markdown_report
-from capture.session import DEFAULT_ROOT, list_sessions
-from capture.sink import load_chunks
+from analyze.views.bundle import zip_tables
+from analyze.views.dashboard import OPEN_ENV
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.overview import overview
+from analyze.views.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
+from analyze.views.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.views.report import advice, escape, markdown_report
+from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE / "samples"

@@ -3,10 +3,27 @@
     >>> import analyze
     >>> result = analyze.parse("sessions/…/raw.log")
     >>> result.verdict.summary, result.batches.head()
+
+The public names load on first use, so `import analyze` (and the command line) stays cheap.
 """
 
-from analyze.parse import ParseResult, StreamParser, parse, write_tables
-from analyze.reader import InputError
-from analyze.verdict import Verdict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult, StreamParser, parse, write_tables
+    from analyze.source import InputError
+    from analyze.verdict import Verdict
+
+_LAZY = {"ParseResult": "analyze.parser", "StreamParser": "analyze.parser", "parse": "analyze.parser",
+         "write_tables": "analyze.parser", "InputError": "analyze.source", "Verdict": "analyze.verdict"}
 
 __all__ = ["InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

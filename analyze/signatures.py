@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
+from analyze.definitions import stale_drafter
 from analyze.records import opt_int
 
 DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
@@ -205,20 +206,6 @@ def _slots(result: Any) -> list[tuple[int, int]]:
 
 
 # ---- rules --------------------------------------------------------------------------------------------
-
-def stale_drafter(pos: pd.DataFrame) -> bool:
-    """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report).
-
-    Stale means behind: some draft arrived past the stored max. X fixed with every Y at or below it is a
-    drafter that kept its rejected positions (not rolled back), not a stale one.
-    """
-    d = pos[(pos.component == "drafter") & pos.last_pos.notna() & pos.batch_start.notna()]
-    if len(d) < 2 or d.last_pos.nunique() != 1:
-        return False
-    y = d.batch_start.astype("int64").to_numpy()
-    x = int(d.last_pos.iloc[0])
-    return bool((y[1:] > y[:-1]).any() and (y > x + 1).any())
-
 
 def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
     pos = _positions(result)

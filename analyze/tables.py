@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.context import SizeMap, attribute_batches, map_sizes
+from analyze.attribution import SizeMap, attribute_batches, map_sizes
 from analyze.normalize import readable
 from analyze.records import NA
 from analyze.walker import Walker

@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from analyze.definitions import stale_drafter
 from analyze.records import opt_int
-from analyze.signatures import stale_drafter
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {

@@ -36,7 +36,7 @@ def library(path: Path) -> dict[str, float | int]:
     import plotly.io as pio
 
     import analyze
-    from analyze.figures import position_figure
+    from analyze.views.figures import position_figure
 
     t0 = time.perf_counter()
     result = analyze.parse(path)
@@ -73,7 +73,7 @@ def app(path: Path) -> dict[str, float | bool]:
 def browser(path: Path) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
-    from analyze.cli_dashboard import launch
+    from analyze.views.dashboard import launch
 
     chromium = shutil.which("chromium")
     if chromium is None:

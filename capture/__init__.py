@@ -1,0 +1,39 @@
+"""kvtrace's capture side: wrap a llama.cpp program or attach to a running one, keep its log byte-exact in a
+session folder with a manifest, and reproduce the failure with the embedded engine.
+
+    >>> import capture
+    >>> outcome = capture.run_wrapped(["llama-server", "-m", "t.gguf"], capture.RunOptions(ping=3))
+
+The public names load on first use, so the command line's `--help` never imports the capture machinery.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capture.engine import EngineConfig, EngineError, EngineResult, run_engine
+    from capture.models import ModelPair, ensure_models
+    from capture.session import Session, is_session, list_sessions, load_chunks, new_session
+    from capture.wrap import CaptureOptions, RunOptions, UsageError, run_attach, run_llama_swap, run_wrapped
+
+_LAZY = {
+    **dict.fromkeys(("EngineConfig", "EngineError", "EngineResult", "run_engine"), "capture.engine"),
+    **dict.fromkeys(("ModelPair", "ensure_models"), "capture.models"),
+    **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"), "capture.session"),
+    **dict.fromkeys(("CaptureOptions", "RunOptions", "UsageError", "run_attach", "run_llama_swap", "run_wrapped"),
+                    "capture.wrap"),
+}
+
+__all__ = [
+    "CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions", "Session",
+    "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks", "new_session", "run_attach",
+    "run_engine", "run_llama_swap", "run_wrapped",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,24 +20,37 @@ DEFAULT_MAX_TOKENS = 64
 
 
 @dataclass(slots=True)
-class PingConfig:
-    n: int
-    host: str = "127.0.0.1"
-    port: int = 8080
+class PingOptions:
+    """What `--ping` asks for: one object from the command line through the capture to the manifest."""
+
+    n: int = 0
     prompt: str = DEFAULT_PROMPT
     max_tokens: int = DEFAULT_MAX_TOKENS
     concurrency: int = 1
     health_timeout_s: float = 600.0
     request_timeout_s: float = 600.0
     health_path: str = "/health"
-    api_key: str | None = None
     model: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # more request fields (a llama-swap model's params)
+    request_params: dict[str, Any] = field(default_factory=dict)  # more request fields (a llama-swap model's)
+
+
+@dataclass(slots=True)
+class PingConfig:
+    """The options, plus where the server listens (read off its command line)."""
+
+    options: PingOptions
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str | None = None
 
     @property
     def base_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    def manifest(self) -> dict[str, Any]:
+        """What the manifest records (never the API key)."""
+        return {"url": self.base_url, **asdict(self.options)}
 
 
 @dataclass(slots=True)
@@ -91,9 +104,9 @@ def wait_healthy(
     cfg: PingConfig, alive: Callable[[], bool], stop: threading.Event
 ) -> tuple[bool, str | None]:
     """Poll /health until 200; False and why if the program died, time ran out, or stop was set."""
-    deadline = time.monotonic() + cfg.health_timeout_s
+    deadline = time.monotonic() + cfg.options.health_timeout_s
     last = "no answer"
-    url = cfg.base_url + cfg.health_path
+    url = cfg.base_url + cfg.options.health_path
     with httpx.Client(trust_env=False, timeout=5.0, headers=_headers(cfg)) as client:
         while True:
             if stop.is_set():
@@ -108,19 +121,19 @@ def wait_healthy(
             except httpx.HTTPError as exc:
                 last = type(exc).__name__
             if time.monotonic() >= deadline:
-                return False, f"no healthy answer from {url} within {cfg.health_timeout_s:g} s (last: {last})"
+                return False, f"no healthy answer from {url} within {cfg.options.health_timeout_s:g} s (last: {last})"
             stop.wait(0.25)
 
 
 def chat_once(client: httpx.Client, cfg: PingConfig, i: int) -> RequestRecord:
     body: dict[str, Any] = {
-        "messages": [{"role": "user", "content": cfg.prompt}],
-        "max_tokens": cfg.max_tokens,
+        "messages": [{"role": "user", "content": cfg.options.prompt}],
+        "max_tokens": cfg.options.max_tokens,
         "stream": False,
     }
-    if cfg.model:
-        body["model"] = cfg.model
-    body.update(cfg.extra)
+    if cfg.options.model:
+        body["model"] = cfg.options.model
+    body.update(cfg.options.request_params)
     started = time.time()
     t0 = time.perf_counter()
     try:
@@ -169,11 +182,11 @@ def chat_once(client: httpx.Client, cfg: PingConfig, i: int) -> RequestRecord:
 
 
 def send_requests(cfg: PingConfig) -> list[RequestRecord]:
-    with httpx.Client(trust_env=False, timeout=cfg.request_timeout_s, headers=_headers(cfg)) as client:
-        if cfg.concurrency <= 1:
-            return [chat_once(client, cfg, i) for i in range(cfg.n)]
-        with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
-            return list(pool.map(lambda i: chat_once(client, cfg, i), range(cfg.n)))
+    with httpx.Client(trust_env=False, timeout=cfg.options.request_timeout_s, headers=_headers(cfg)) as client:
+        if cfg.options.concurrency <= 1:
+            return [chat_once(client, cfg, i) for i in range(cfg.options.n)]
+        with ThreadPoolExecutor(max_workers=cfg.options.concurrency) as pool:
+            return list(pool.map(lambda i: chat_once(client, cfg, i), range(cfg.options.n)))
 
 
 def write_requests(records: list[RequestRecord], path: Path) -> None:
@@ -212,7 +225,7 @@ class Pinger(threading.Thread):
             self.result.healthy = True
             self.say(
                 f"kvtrace: server healthy after {self.result.health_wait_s:.1f} s; "
-                f"sending {self.cfg.n} request(s)"
+                f"sending {self.cfg.options.n} request(s)"
             )
             self.result.records = send_requests(self.cfg)
             write_requests(self.result.records, self.out_path)

@@ -11,11 +11,15 @@ import os
 import platform
 import re
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_ROOT = Path("sessions")
 RAW_LOG = "raw.log"
@@ -23,6 +27,8 @@ MANIFEST = "manifest.json"
 GROUND_TRUTH = "ground_truth.parquet"
 REQUESTS = "requests.parquet"
 CHUNKS = "chunks.parquet"
+CHUNKS_JOURNAL = "chunks.journal"  # what a capture writes as chunks arrive; chunks.parquet at the end
+JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -116,3 +122,19 @@ def list_sessions(root: Path | None = None) -> list[Session]:
     if not base.is_dir():
         return []
     return [Session(p) for p in sorted(base.iterdir(), reverse=True) if is_session(p)]
+
+
+def load_chunks(session_dir: Path) -> pd.DataFrame:
+    """Arrival times of a session's chunks (t, offset, nbytes): chunks.parquet, or the journal a capture
+    that was killed left behind (a record cut short by the kill is dropped)."""
+    import numpy as np
+    import pandas as pd
+
+    session_dir = Path(session_dir)
+    parquet = session_dir / CHUNKS
+    if parquet.exists():
+        return pd.read_parquet(parquet)
+    journal = session_dir / CHUNKS_JOURNAL
+    data = journal.read_bytes() if journal.exists() else b""
+    usable = len(data) - len(data) % JOURNAL_RECORD.size
+    return pd.DataFrame(np.frombuffer(data[:usable], dtype=[("t", "<f8"), ("offset", "<i8"), ("nbytes", "<i8")]))

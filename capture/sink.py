@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from capture.session import CHUNKS
-
-CHUNKS_JOURNAL = "chunks.journal"
-_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
-_RECORD_DTYPE = np.dtype([("t", "<f8"), ("offset", "<i8"), ("nbytes", "<i8")])
+from capture.session import CHUNKS_JOURNAL, JOURNAL_RECORD, load_chunks
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -60,7 +52,7 @@ class RawSink:
             if self._fd < 0:
                 raise OSError("raw.log is closed")
             write_all(self._fd, chunk)
-            write_all(self._journal_fd, _RECORD.pack(t, self.bytes_written, len(chunk)))
+            write_all(self._journal_fd, JOURNAL_RECORD.pack(t, self.bytes_written, len(chunk)))
             self.bytes_written += len(chunk)
         if self._echo is not None and not self.echo_failed:
             try:
@@ -77,7 +69,7 @@ class RawSink:
                 raise OSError("raw.log is closed")
             n = os.splice(fd, self._fd, max_bytes)
             if n:
-                write_all(self._journal_fd, _RECORD.pack(time.time(), self.bytes_written, n))
+                write_all(self._journal_fd, JOURNAL_RECORD.pack(time.time(), self.bytes_written, n))
                 self.bytes_written += n
         return n
 
@@ -102,16 +94,3 @@ class RawSink:
             load_chunks(self.path.parent).to_parquet(tmp, index=False)
             os.replace(tmp, chunks_path)
             self.journal.unlink()
-
-
-def load_chunks(session_dir: Path) -> pd.DataFrame:
-    """Arrival times of a session's chunks (t, offset, nbytes): chunks.parquet, or the journal a capture
-    that was killed left behind (a record cut short by the kill is dropped)."""
-    session_dir = Path(session_dir)
-    parquet = session_dir / CHUNKS
-    if parquet.exists():
-        return pd.read_parquet(parquet)
-    journal = session_dir / CHUNKS_JOURNAL
-    data = journal.read_bytes() if journal.exists() else b""
-    usable = len(data) - len(data) % _RECORD.size
-    return pd.DataFrame(np.frombuffer(data[:usable], dtype=_RECORD_DTYPE))

@@ -19,7 +19,7 @@ from capture.attach import LLAMA_SWAP_WARNING, AttachError, follow_file, llama_s
 from capture.gpus import query_gpus
 from capture.llamaswap import SwapModel
 from capture.monitor import Terminal
-from capture.ping import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, PingConfig, Pinger
+from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
 from capture.runner import EXIT_USAGE, Outcome, Source, StopRules, child_source, run_capture
 from capture.session import REQUESTS, Session, is_session, new_session
@@ -46,19 +46,11 @@ class CaptureOptions:
 
 @dataclass(slots=True)
 class RunOptions(CaptureOptions):
-    ping: int = 0
-    prompt: str = DEFAULT_PROMPT
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    concurrency: int = 1
-    health_timeout_s: float = 600.0
-    request_timeout_s: float = 600.0
+    ping: PingOptions = field(default_factory=PingOptions)
     keep_running: bool = False
     debug_env: dict[str, str | None] = field(default_factory=dict)  # NAME -> value, None = leave as is
     extra_env: dict[str, str] = field(default_factory=dict)
     log_flags: bool = True
-    health_path: str = "/health"
-    model: str | None = None
-    request_params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -204,31 +196,9 @@ def run_wrapped(
         "cwd": os.getcwd(),
     }
     ping_cfg = None
-    if opts.ping > 0:
-        ping_cfg = PingConfig(
-            n=opts.ping,
-            host=host,
-            port=port,
-            prompt=opts.prompt,
-            max_tokens=opts.max_tokens,
-            concurrency=opts.concurrency,
-            health_timeout_s=opts.health_timeout_s,
-            request_timeout_s=opts.request_timeout_s,
-            health_path=opts.health_path,
-            api_key=llama_args.api_key(prep.argv, prep.env),
-            model=opts.model,
-            extra=opts.request_params,
-        )
-        manifest["ping_config"] = {
-            "n": opts.ping,
-            "url": ping_cfg.base_url,
-            "max_tokens": opts.max_tokens,
-            "concurrency": opts.concurrency,
-            "prompt": opts.prompt,
-            "health_path": opts.health_path,
-            "model": opts.model,
-            "request_params": opts.request_params,
-        }
+    if opts.ping.n > 0:
+        ping_cfg = PingConfig(opts.ping, host, port, llama_args.api_key(prep.argv, prep.env))
+        manifest["ping_config"] = ping_cfg.manifest()
     manifest.update(manifest_extra or {})
     session.write_manifest(manifest)
 
@@ -259,13 +229,13 @@ def run_llama_swap(swap: SwapModel, opts: RunOptions) -> Outcome:
     """`kvtrace capture llama-swap CONFIG MODEL`: the model's cmd and env under `capture run`."""
     opts.extra_env = {**swap.env, **opts.extra_env}
     if swap.health_path is not None:
-        opts.health_path = swap.health_path
-    elif opts.ping:
+        opts.ping.health_path = swap.health_path
+    elif opts.ping.n:
         raise UsageError(
             f"model {swap.model_id!r} has checkEndpoint: none, so --ping cannot tell when it is ready"
         )
-    opts.model = opts.model or swap.requested
-    opts.request_params = {**swap.request_params, **opts.request_params}
+    opts.ping.model = opts.ping.model or swap.requested
+    opts.ping.request_params = {**swap.request_params, **opts.ping.request_params}
     extra = {
         "llama_swap": {
             "config": str(swap.config),

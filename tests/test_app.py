@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyze.cli_dashboard import OPEN_ENV
+from analyze.views.dashboard import OPEN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")

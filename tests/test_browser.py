@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.cli_dashboard import streamlit_command
+from analyze.views.dashboard import streamlit_command
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"

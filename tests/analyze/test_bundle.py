@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze.bundle import zip_tables
+from analyze.views.bundle import zip_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 

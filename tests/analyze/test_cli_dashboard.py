@@ -13,7 +13,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from analyze.cli_dashboard import dashboard_command, free_port
+from analyze.cli.dashboard import dashboard_command
+from analyze.views.dashboard import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

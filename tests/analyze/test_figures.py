@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analyze
-from analyze.figures import acceptance_figure, compare_figure, delta_figure, position_figure
-from analyze.positions import floats
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.positions import floats
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = (ROOT / "samples" / "stale-drafter" / "raw.log").read_bytes().split(b"\n")

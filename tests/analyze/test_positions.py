@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze.positions import (
+from analyze.views.positions import (
     choose_axis,
     default_tolerance,
     delta,
@@ -121,7 +121,7 @@ def test_log_time_keeps_increasing_across_a_server_restart(tmp_path: Path) -> No
 
 
 def test_nearby_divergence_bands_merge_without_losing_coverage() -> None:
-    from analyze.figures import _merge_bands
+    from analyze.views.figures import _merge_bands
 
     x0 = np.array([0.0, 1.0, 1.0005, 50.0])
     x1 = np.array([0.9, 1.0004, 2.0, 60.0])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.reader import MAX_LINE
+from analyze.source import MAX_LINE
 
 SEED = Path(__file__).parents[1] / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
 

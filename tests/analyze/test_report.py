@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import analyze
-from analyze.report import advice, escape, fence, markdown_report
+from analyze.views.report import advice, escape, fence, markdown_report
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from capture.sink import load_chunks
+from capture.session import load_chunks
 from tests.capture.capture_helpers import (
     file_contains,
     free_port,

@@ -79,7 +79,7 @@ def test_metadata_read_back(pair: ModelPair) -> None:
 def test_both_load_in_llama_cpp_with_one_vocabulary(pair: ModelPair) -> None:
     import llama_cpp as L
 
-    from capture.llama_log import LlamaLogCapture, LogWriter
+    from capture.engine.llama_log import LlamaLogCapture, LogWriter
 
     # Route llama.cpp's chatter into a file so the test output stays readable.
     writer = LogWriter(pair.target.parent / "load.log", prefix=False)

@@ -1,25 +1,14 @@
 """`kvtrace report`, `kvtrace compare`, `kvtrace export` and `kvtrace triage --table`: thin click commands
-over analyze.report, analyze.compare, analyze.perfetto and analyze.triage."""
+over analyze.views.report, analyze.compare, analyze.views.perfetto and analyze.views.triage."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from analyze.cli import fail, progress_option, want_progress
-
-
-def _parse(src: str, progress: bool | None) -> Any:
-    import analyze
-
-    try:
-        return analyze.parse(src, progress=want_progress(progress))
-    except analyze.InputError as exc:
-        fail(str(exc))  # one line, exit 2
-        raise
+from analyze.cli.options import fail, parse_or_fail, progress_option, want_progress
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -51,9 +40,9 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
       kvtrace report sessions/20261130-101500-engine-stale-drafter --format html -o report.html
       pbpaste | kvtrace report -
     """
-    from analyze.report import html_report, markdown_report
+    from analyze.views.report import html_report, markdown_report
 
-    result = _parse(source, progress)
+    result = parse_or_fail(source, progress)
     # a session folder is named by the folder (its log is always raw.log); never by the full path
     name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
     _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
@@ -86,7 +75,7 @@ def compare_command(before: str, after: str, as_json: bool, progress: bool | Non
     """
     from analyze.compare import compare, format_comparison
 
-    a, b = _parse(before, progress), _parse(after, progress)
+    a, b = parse_or_fail(before, progress), parse_or_fail(after, progress)
     c = compare(a, b, (before, after))
     click.echo(json.dumps(c.to_dict(), indent=2) if as_json else format_comparison(c))
     raise SystemExit(c.exit_code)
@@ -108,9 +97,9 @@ def export_command(source: str, out: Path, progress: bool | None) -> None:
       kvtrace export server.log --perfetto trace.json
       kvtrace export sessions/20261130-101500-engine-stale-drafter --perfetto stale.json
     """
-    from analyze.perfetto import write_trace
+    from analyze.views.perfetto import write_trace
 
-    result = _parse(source, progress)
+    result = parse_or_fail(source, progress)
     try:
         n = write_trace(result, out)
     except OSError as exc:
@@ -120,7 +109,7 @@ def export_command(source: str, out: Path, progress: bool | None) -> None:
 
 def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | None) -> None:
     """`kvtrace triage --table`: one row per log, clustered; exit 2 if a log could not be read."""
-    from analyze.triage import cluster, to_csv, to_markdown, triage_rows
+    from analyze.views.triage import cluster, to_csv, to_markdown, triage_rows
 
     if jobs < 1:
         fail("--jobs must be at least 1")

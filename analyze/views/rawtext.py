@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.normalize import clean_chunk
-from analyze.reader import open_source, resolve_path
+from analyze.source import open_source, resolve_path
 
 
 class RawText:

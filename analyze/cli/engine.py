@@ -6,12 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from capture.engine import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError, EngineResult
-from capture.server_lines import FLAVORS
+from capture.engine.config import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError, require_llama_cpp
+from capture.engine.lines import FLAVORS
+
+if TYPE_CHECKING:
+    from capture.engine.records import EngineResult
 
 
 def _tensor_split(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[float, ...]:
@@ -95,6 +98,7 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
     from capture.session import new_session
 
     try:
+        require_llama_cpp()
         config.validate()
         models = engine_models(config)  # before the folder exists: bad models leave nothing behind
         session = new_session("engine", label or config.fault, out=out)
@@ -149,7 +153,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
 def _dashboard_ready() -> bool:
     """`kvtrace demo` opens the dashboard only once the app exists (an empty placeholder does not count)."""
     try:
-        from analyze.cli_dashboard import app_path
+        from analyze.views.dashboard import app_path
     except ImportError:
         return False
     app = app_path()
@@ -177,6 +181,11 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     """
     from capture.models import ensure_models
 
+    try:
+        require_llama_cpp()
+    except EngineError as exc:
+        click.echo(f"kvtrace: {exc}", err=True)
+        raise SystemExit(2) from None
     click.echo("1/3 models: generating (or reusing) the tiny target + drafter pair ...", err=True)
     try:
         pair = ensure_models(seed=seed)
@@ -194,7 +203,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo("3/3 triage:", err=True)
     try:
         import analyze
-        from analyze.cli import format_verdict
+        from analyze.cli.read import format_verdict
     except ImportError:  # the reader is not installed: the capture is still there to read later
         click.echo(f"    the log reader is not available; read the session later: kvtrace triage {result.session}")
         return
@@ -208,7 +217,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo(format_verdict(verdict))
     if no_dashboard or not _dashboard_ready():
         return
-    from analyze.cli_dashboard import launch
+    from analyze.views.dashboard import launch
 
     dash = launch(result.session, port=port)
     click.echo(f"\nkvtrace dashboard: {dash.url}  (Ctrl-C to stop)")

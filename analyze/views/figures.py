@@ -15,9 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyze.downsample import DEFAULT_MAX_POINTS, minmax_indices
-from analyze.overview import RESET_KINDS, details
-from analyze.positions import (
+from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
+from analyze.views.overview import RESET_KINDS, details
+from analyze.views.positions import (
     XAxis,
     choose_axis,
     default_tolerance,

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.overview import Overview, overview
-from analyze.positions import XAxis, stored_positions
 from analyze.signatures import SignatureMatch, match_signature, plain_summary
+from analyze.views.overview import Overview, overview
+from analyze.views.positions import XAxis, stored_positions
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")

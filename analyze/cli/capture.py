@@ -1,14 +1,19 @@
-"""`kvtrace capture ...` and `kvtrace demo`: thin click commands over capture/."""
+"""`kvtrace capture run|attach|llama-swap|engine`: thin click commands over capture/."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from analyze.cli.engine import engine_cmd
+from analyze.cli.options import F
+
 if TYPE_CHECKING:
+    from capture.runner import Outcome
     from capture.wrap import RunOptions
 
 
@@ -26,7 +31,7 @@ def capture_group() -> None:
 
 # ---- capture run / attach / llama-swap (issue 4) -------------------------------------------------
 
-def _capture_options(f):  # type: ignore[no-untyped-def]
+def capture_options(f: F) -> F:
     """Options every capture kind shares (session folder, screen, stop rules)."""
     opts = [
         click.option("--out", "out", type=click.Path(path_type=Path), help="Session folder (default: a new "
@@ -46,7 +51,7 @@ def _capture_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _finish(outcome_fn) -> None:  # type: ignore[no-untyped-def]
+def _finish(outcome_fn: Callable[[], Outcome]) -> None:
     from capture.llamaswap import ConfigError
     from capture.wrap import UsageError
 
@@ -58,7 +63,7 @@ def _finish(outcome_fn) -> None:  # type: ignore[no-untyped-def]
     sys.exit(outcome.exit_code)
 
 
-def _run_options(f):  # type: ignore[no-untyped-def]
+def run_options(f: F) -> F:
     opts = [
         click.option("--ping", type=click.IntRange(min=0), default=0,
                      help="Once /health answers, send N chat requests, record them, then stop."),
@@ -86,7 +91,9 @@ def _run_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _run_opts(kw: dict) -> RunOptions:  # type: ignore[type-arg]
+def _run_opts(kw: dict[str, Any]) -> RunOptions:
+    """The one options object for a wrapped run, built from the command line's values."""
+    from capture.ping import PingOptions
     from capture.wrap import RunOptions, UsageError
 
     extra: dict[str, str] = {}
@@ -100,21 +107,22 @@ def _run_opts(kw: dict) -> RunOptions:  # type: ignore[type-arg]
         "LLAMA_KV_CACHE_DEBUG": kw.pop("kv_debug"),
         "GGML_DFLASH_DEBUG": kw.pop("dflash_debug"),
     }
+    ping = PingOptions(n=kw.pop("ping"), max_tokens=kw.pop("max_tokens"), concurrency=kw.pop("concurrency"),
+                       health_timeout_s=kw.pop("health_timeout_s"))
     prompt = kw.pop("prompt")
-    opts = RunOptions(debug_env=debug, extra_env=extra, log_flags=not kw.pop("no_log_flags"), **kw)
     if prompt is not None:
-        opts.prompt = prompt
-    return opts
+        ping.prompt = prompt
+    return RunOptions(ping=ping, debug_env=debug, extra_env=extra, log_flags=not kw.pop("no_log_flags"), **kw)
 
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 @capture_group.command(name="run", context_settings=_PASSTHROUGH)
-@_capture_options
-@_run_options
+@capture_options
+@run_options
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(cmd: tuple[str, ...], **kw: object) -> None:
+def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
     """Run CMD with the debug switches on and capture everything it prints.
 
     Sets LLAMA_BATCH_DEBUG=1, LLAMA_KV_CACHE_DEBUG=1, GGML_DFLASH_DEBUG=1; for llama.cpp programs adds
@@ -135,7 +143,7 @@ def run_cmd(cmd: tuple[str, ...], **kw: object) -> None:
     _finish(lambda: _run(list(cmd), kw))
 
 
-def _run(cmd: list[str], kw: dict) -> object:  # type: ignore[type-arg]
+def _run(cmd: list[str], kw: dict[str, Any]) -> Outcome:
     from capture.wrap import run_wrapped
 
     return run_wrapped(cmd, _run_opts(kw))
@@ -149,9 +157,9 @@ def _run(cmd: list[str], kw: dict) -> object:  # type: ignore[type-arg]
 @click.option("--stdin", "use_stdin", is_flag=True, help="Read the log from standard input.")
 @click.option("--llama-swap", "swap_url", metavar="URL", help="llama-swap's base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--model", help="With --llama-swap: the model whose log to stream (default: all upstream).")
-@_capture_options
+@capture_options
 def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool, swap_url: str | None,
-               model: str | None, **kw: object) -> None:
+               model: str | None, **kw: Any) -> None:
     """Capture a log that something else runs: a file, stdin, or llama-swap's log stream.
 
     \b
@@ -162,7 +170,7 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
     """
     from capture.wrap import CaptureOptions, UsageError, run_attach
 
-    def go() -> object:
+    def go() -> Outcome:
         chosen = [name for name, on in (("--file", path is not None), ("--stdin", use_stdin),
                                          ("--llama-swap", swap_url is not None)) if on]
         if len(chosen) != 1:
@@ -171,7 +179,7 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
             raise UsageError("--follow and --from-end go with --file")
         if model and swap_url is None:
             raise UsageError("--model goes with --llama-swap")
-        opts = CaptureOptions(**kw)  # type: ignore[arg-type]
+        opts = CaptureOptions(**kw)
         kind = "file" if path is not None else "stdin" if use_stdin else "llama-swap"
         return run_attach(kind, opts, path=path, follow=follow, from_end=from_end, url=swap_url, model=model)
 
@@ -181,9 +189,9 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
 @capture_group.command(name="llama-swap")
 @click.argument("config", type=click.Path(path_type=Path))
 @click.argument("model")
-@_capture_options
-@_run_options
-def llama_swap_cmd(config: Path, model: str, **kw: object) -> None:
+@capture_options
+@run_options
+def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
     """Run MODEL's cmd from a llama-swap CONFIG under `capture run`.
 
     Expands ${PORT} (a free local port), ${MODEL_ID} and the config's macros, applies the model's env,
@@ -198,7 +206,7 @@ def llama_swap_cmd(config: Path, model: str, **kw: object) -> None:
     from capture.llamaswap import resolve
     from capture.wrap import free_port, run_llama_swap
 
-    def go() -> object:
+    def go() -> Outcome:
         opts = _run_opts(kw)
         swap = resolve(config, model, port=free_port())
         return run_llama_swap(swap, opts)
@@ -206,8 +214,4 @@ def llama_swap_cmd(config: Path, model: str, **kw: object) -> None:
     _finish(go)
 
 
-# ---- capture engine and kvtrace demo (issue 3): the commands live in capture/cli_engine.py -------
-from capture.cli_engine import demo_command, engine_cmd  # noqa: E402
-
 capture_group.add_command(engine_cmd)
-__all__ = ["capture_group", "demo_command"]

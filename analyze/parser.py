@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from analyze.normalize import clean_chunk, decode
-from analyze.reader import InputError, Source, iter_chunks, open_source, split_lines
 from analyze.records import CONTEXT_NAMES, NA
+from analyze.source import InputError, Source, iter_chunks, open_source, split_lines
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker

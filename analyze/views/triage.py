@@ -15,8 +15,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyze.report import escape
 from analyze.signatures import ORDER
+from analyze.views.report import escape
 
 
 @dataclass(slots=True)

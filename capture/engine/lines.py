@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from capture.llama_log import CONT, DEBUG, ERROR, INFO, WARN, LogWriter
+from capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, WARN, LogWriter
 
 FLAVORS = ("fork", "fork-v0.2", "upstream")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.positions import Divergence, choose_axis, first_divergence
+from analyze.views.positions import Divergence, choose_axis, first_divergence
 
 RESET_KINDS = ("reset",)
 

@@ -1,4 +1,4 @@
-"""`kvtrace dashboard [SESSION|LOG]`: start the Streamlit dashboard on this machine, opened on a path.
+"""Starting the Streamlit dashboard (app.py) on this machine, opened on a path.
 
 The path goes to the app in the KVTRACE_OPEN environment variable, so a big local log is read on the
 server side and never goes through the browser's upload limit.
@@ -13,10 +13,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
-from analyze.reader import InputError, resolve_path
-
 OPEN_ENV = "KVTRACE_OPEN"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -24,7 +20,7 @@ DEFAULT_PORT = 8501
 
 def app_path() -> Path:
     """app.py sits beside the analyze package, in a checkout and in an installed wheel alike."""
-    return Path(__file__).resolve().parents[1] / "app.py"
+    return Path(__file__).resolve().parents[2] / "app.py"
 
 
 def free_port(host: str = DEFAULT_HOST, start: int = DEFAULT_PORT, tries: int = 50) -> int:
@@ -69,41 +65,3 @@ def launch(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None)
     chosen = port if port is not None else free_port(host)
     proc = subprocess.Popen(streamlit_command(host, chosen), env=env)
     return Dashboard(proc, f"http://{host}:{chosen}")
-
-
-@click.command("dashboard")
-@click.argument("source", required=False, type=click.Path(path_type=Path))
-@click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the first free one from 8501).")
-@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
-def dashboard_command(source: Path | None, port: int | None, host: str) -> None:
-    """Start the dashboard on 127.0.0.1 and print its URL, opened on a session folder or a log file.
-
-    \b
-    Examples:
-      kvtrace dashboard                          # upload or paste a log in the page
-      kvtrace dashboard sessions/20261130-0945-engine-stale-drafter
-      kvtrace dashboard server.log.gz --port 8600
-    """
-    if source is not None:
-        try:
-            resolve_path(source)  # a file, or a session folder holding raw.log
-        except InputError as exc:
-            raise click.UsageError(str(exc)) from None
-    if not app_path().is_file():
-        raise click.ClickException(f"the dashboard app is missing from this installation ({app_path().name})")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(f"warning: listening on {host}: whoever can reach it can read the logs opened", err=True)
-    dash = launch(source, host, port)
-    proc = dash.proc
-    click.echo(f"kvtrace dashboard: {dash.url}  (Ctrl-C to stop)")
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            rc = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-        rc = 0
-    sys.exit(rc)

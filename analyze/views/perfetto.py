@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.positions import choose_axis, sequences, stored_positions
+from analyze.views.positions import choose_axis, sequences, stored_positions
 
 PID = 1
 TIDS = {"target": 1, "drafter": 2, "unknown": 3}

@@ -1,0 +1,76 @@
+"""Option bundles and helpers every command shares: --json, --progress, LOG... arguments, one-line failures."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LOG_SUFFIXES = {".log", ".txt", ".md", ".gz", ".out", ".err"}
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")(fn)
+
+
+def progress_option(fn: F) -> F:
+    return click.option(
+        "--progress/--no-progress", default=None,
+        help="Progress bar on stderr for big inputs (default: when stderr is a terminal).",
+    )(fn)
+
+
+def sources_argument(fn: F) -> F:
+    return click.argument("sources", nargs=-1, required=True, metavar="LOG...")(fn)
+
+
+def want_progress(flag: bool | None) -> bool:
+    return sys.stderr.isatty() if flag is None else flag
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit: bad input never gets a traceback."""
+    click.echo(f"kvtrace: {message}", err=True)
+    raise SystemExit(code)
+
+
+def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
+    """Files as given; a folder means every log in it (a session folder means its raw.log)."""
+    from capture.session import is_session
+
+    for src in sources:
+        path = Path(src)
+        if src != "-" and path.is_dir() and not is_session(path):
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOG_SUFFIXES)
+            if not found:
+                fail(f"{src}: no .log/.txt/.md/.gz files in this folder")
+            yield from (str(p) for p in found)
+        else:
+            yield src
+
+
+def parse_or_none(src: str, progress: bool) -> ParseResult | None:
+    """Parse one log; a log that cannot be read is reported in one line and gives None."""
+    import analyze
+
+    try:
+        return analyze.parse(src, progress=progress)
+    except analyze.InputError as exc:
+        click.echo(f"kvtrace: {exc}", err=True)
+        return None
+
+
+def parse_or_fail(src: str, progress: bool | None) -> ParseResult:
+    """Parse one log, or exit 2 with one line when it cannot be read."""
+    result = parse_or_none(src, want_progress(progress))
+    if result is None:
+        raise SystemExit(2)
+    return result

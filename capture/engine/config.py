@@ -1,0 +1,73 @@
+"""What the embedded engine is asked to do: its settings and their checks, with no llama.cpp import (the
+command line reads the choices from here without loading the engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from capture.engine.lines import FLAVORS
+
+FAULTS = ("none", "stale-drafter", "no-rollback")
+DRAFTING = ("block", "chain")
+SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
+class EngineError(RuntimeError):
+    """The engine cannot run as asked; the message is one line for the user."""
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    fault: str = "none"
+    requests: int = 3
+    cycles: int = 32  # draft/verify cycles per request (a request also ends when its context is full)
+    draft: int = 4  # k, tokens drafted per cycle
+    seed: int = 0
+    target: Path | None = None  # real GGUF paths; both or neither (then the generated tiny pair)
+    drafter: Path | None = None
+    cache_dir: Path | None = None
+    log_prefix: bool = True  # new-scheme `M.SS.mmm.uuu L ` prefix on every entry
+    kv_debug: bool = True  # LLAMA_KV_CACHE_DEBUG=1 (off: measure context attribution without find_slot)
+    flavor: str = "fork"  # wording of the server/speculative lines: fork, fork-v0.2, upstream
+    # block: DFlash, one drafter batch [id_last, mask x k] per cycle (the seed report's batch shape);
+    # chain: draft-simple, k one-token drafter decodes (higher, chained acceptance)
+    drafting: str = "block"
+    prompt_words: tuple[int, int] = (24, 90)  # length range of the generated prompts, in words
+    n_ctx_target: int = 8192
+    n_ctx_drafter: int = 4096  # differs from the target's, as in real setups (its find_slot `size`)
+    n_batch: int = 512
+    n_threads: int = 1
+    n_gpu_layers: int = 0
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()
+    main_gpu: int = 0
+    progress: bool = False
+
+    def validate(self) -> None:
+        if self.fault not in FAULTS:
+            raise EngineError(f"unknown fault {self.fault!r} (choose from {', '.join(FAULTS)})")
+        if self.flavor not in FLAVORS:
+            raise EngineError(f"unknown flavour {self.flavor!r} (choose from {', '.join(FLAVORS)})")
+        if self.drafting not in DRAFTING:
+            raise EngineError(f"unknown drafting {self.drafting!r} (choose from {', '.join(DRAFTING)})")
+        if self.split_mode not in SPLIT_MODES:
+            raise EngineError(f"unknown split mode {self.split_mode!r} (choose from {', '.join(SPLIT_MODES)})")
+        if self.requests < 1 or self.cycles < 1:
+            raise EngineError("--requests and --cycles must be at least 1")
+        if self.fault == "stale-drafter" and self.requests < 2:
+            raise EngineError("stale-drafter needs at least 2 requests: the drafter goes stale at a reset")
+        if not 1 <= self.draft <= min(64, self.n_batch - 1):
+            raise EngineError(f"--draft must be between 1 and {min(64, self.n_batch - 1)}")
+        if not 1 <= self.prompt_words[0] <= self.prompt_words[1]:
+            raise EngineError("prompt_words must be a (min, max) range with 1 <= min <= max")
+        if min(self.n_ctx_target, self.n_ctx_drafter) < 256:
+            raise EngineError("context sizes must be at least 256")
+
+
+
+
+def require_llama_cpp() -> None:
+    """The engine runs llama.cpp through llama-cpp-python, an extra that compiles llama.cpp on install."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise EngineError("the embedded engine needs llama-cpp-python: pip install 'kvtrace[engine]'")

@@ -1,0 +1,340 @@
+"""The embedded engine: real target + drafter speculative decoding on llama-cpp-python's low-level API.
+
+It plays one llama-server slot running DFlash-style drafting: each cycle the drafter decodes a block
+`[id_last, mask x k]` at the target's position, the target verifies `[id_last, d1..dk]` in one batch,
+the accepted prefix is kept, rejected positions are removed from both caches with
+`llama_memory_seq_rm`, and the accepted tokens are committed to the drafter so that after every cycle
+the drafter's max position equals the target's (the DFlash invariant). Several requests run in a row
+on one sequence (new prompt, shared-prefix reuse, clear), which is where stale drafter state comes from.
+
+Fault modes break the drafter's bookkeeping the way real bugs do, and real llama.cpp then refuses the
+drafter batch with its real error:
+- `stale-drafter`: from the first reset on, the target is rewound/cleared and fed the new prompt but the
+  drafter is left alone; every later draft goes in at the target's position, so X stays stuck while Y
+  climbs by one per cycle (the seed report);
+- `no-rollback`: rejected draft positions stay in the drafter's cache, so the next draft has X >= Y;
+- `none`: correct, for healthy traces.
+
+The truth about every `llama_decode` call comes from the API, not the log, and goes to
+`ground_truth.parquet` beside raw.log.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from capture.engine.config import EngineConfig, EngineError
+from capture.engine.lines import RequestTimings, ServerLines, SpecStats
+from capture.engine.llama import SEQ, Context
+from capture.engine.llama_log import LogWriter
+from capture.engine.records import CycleRecord, DecodeRecord
+from capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair
+
+# Request kinds after the first ("new"), in turn: what a server slot sees between requests.
+REQUEST_KINDS = ("continue", "clear", "partial")
+
+
+class Slot:
+    """The per-request state a server slot keeps."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []  # prompt + generated; all but the last are in the target's cache
+        self.n_past = 0
+        self.id_last = -1
+
+
+def prompt_text(rng: random.Random, n_words: int) -> str:
+    # Mostly words, some punctuation that makes token pieces awkward in batch dumps, a few newlines.
+    extras = ("),", ",", "(", ")", ":", "\n", ";", "=")
+    parts = [rng.choice(WORDS) if rng.random() > 0.12 else rng.choice(extras) for _ in range(n_words)]
+    return " ".join(parts)
+
+
+class Engine:
+    """One server slot's requests in a row: prompt, then draft/verify cycles, on real llama.cpp contexts."""
+
+    def __init__(self, config: EngineConfig, models: ModelPair, writer: LogWriter) -> None:
+        import llama_cpp
+
+        self.L = llama_cpp
+        self.cfg = config
+        self.models = models
+        self.w = writer
+        self.lines = ServerLines(writer, config.flavor)
+        self.stats = SpecStats()
+        self.decodes: list[DecodeRecord] = []
+        self.cycles: list[CycleRecord] = []
+        self.rng = random.Random(config.seed)
+        self.drafted = 0
+        self.accepted = 0
+        self.n_requests = 0
+        self.target = Context(llama_cpp, "target", models.target, config.n_ctx_target, config)
+        try:
+            self.drafter = Context(llama_cpp, "drafter", models.drafter, config.n_ctx_drafter, config)
+        except EngineError:
+            self.target.close()
+            raise
+        if self.drafter.n_vocab != self.target.n_vocab:
+            self.close()
+            raise EngineError(
+                f"target and drafter vocabularies differ ({self.target.n_vocab} vs {self.drafter.n_vocab} tokens)"
+            )
+        self.limit = min(self.target.n_ctx, self.drafter.n_ctx)
+        self.banned = self._banned_tokens()
+        self.mask = MASK_ID if models.generated else self._real_mask_token()
+        self.drafter_in_sync = True  # false once the stale-drafter fault has left the drafter behind
+
+    def close(self) -> None:
+        self.drafter.close()
+        self.target.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _banned_tokens(self) -> np.ndarray:
+        """Tokens greedy sampling skips (the server's ignore_eos): control/end tokens, and the mask."""
+        if self.models.generated:
+            return np.arange(N_SPECIAL)
+        L, v = self.L, self.target.vocab
+        ids = [i for i in range(self.target.n_vocab) if L.llama_vocab_is_eog(v, i) or L.llama_vocab_is_control(v, i)]
+        return np.array(ids, dtype=np.int64)
+
+    def _real_mask_token(self) -> int:
+        L, v = self.L, self.target.vocab
+        for tok in (L.llama_vocab_pad(v), L.llama_vocab_eos(v), 0):
+            if tok >= 0:
+                return tok
+        return 0
+
+    def _argmax(self, ctx: Context, i: int) -> int:
+        logits = ctx.logits(i).copy()
+        logits[self.banned] = -np.inf
+        return int(np.argmax(logits))
+
+    def _tokenize(self, text: str, add_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (self.L.llama_token * n_max)()
+        n = self.L.llama_tokenize(self.target.vocab, data, len(data), buf, n_max, add_special, False)
+        if n < 0:
+            raise EngineError("tokenizer overflow")
+        return list(buf[:n])
+
+    def decode(self, ctx: Context, tokens: list[int], pos0: int, all_logits: bool) -> int:
+        ctx.fill(tokens, pos0, all_logits)
+        line = self.w.line
+        ret = int(self.L.llama_decode(ctx.ctx, ctx.batch))
+        t_min, t_max = self.target.kv_range()
+        d_min, d_max = self.drafter.kv_range()
+        self.decodes.append(
+            DecodeRecord(
+                len(self.decodes), line, ctx.name, SEQ, len(tokens), pos0, pos0 + len(tokens) - 1, ret,
+                t_min, t_max, d_min, d_max,
+            )
+        )  # fmt: skip
+        self.w.flush()  # a crash later still leaves everything up to this decode on disk
+        return ret
+
+    def _decode_prompt(self, ctx: Context, tokens: list[int], n_past: int, task: int, show: bool) -> int:
+        """Prompt tokens from n_past on, in n_batch chunks, logits for the last one only."""
+        n_batch = self.cfg.n_batch
+        for off in range(n_past, len(tokens), n_batch):
+            chunk = tokens[off : off + n_batch]
+            done = off + len(chunk) >= len(tokens)
+            if show:
+                self.lines.prompt_progress(task, off + len(chunk), len(chunk), (off + len(chunk)) / len(tokens), done)
+            ret = self.decode(ctx, chunk, off, all_logits=False)
+            if ret != 0:
+                return ret
+        return 0
+
+    # -- one request ------------------------------------------------------------------------------
+    def _next_prompt(self, index: int, slot: Slot) -> tuple[str, list[int]]:
+        kind = "new" if index == 0 else REQUEST_KINDS[(index - 1) % len(REQUEST_KINDS)]
+        text = prompt_text(self.rng, self.rng.randint(*self.cfg.prompt_words))
+        if kind == "continue":
+            prompt = slot.tokens + self._tokenize(" " + text, add_special=False)
+        elif kind == "partial":
+            prompt = slot.tokens[: max(1, len(slot.tokens) // 2)] + self._tokenize(" " + text, add_special=False)
+        else:
+            prompt = self._tokenize(text, add_special=True)
+        if kind != "new" and len(prompt) + 4 * (self.cfg.draft + 1) >= self.limit:
+            # The conversation outgrew the context: start afresh, as a client would.
+            kind, prompt = "clear", self._tokenize(text, add_special=True)
+        return kind, prompt
+
+    def run_request(self, index: int, slot: Slot, on_cycle: Callable[[], None]) -> None:
+        cfg, T, D = self.cfg, self.target, self.drafter
+        task = index
+        self.n_requests += 1
+        kind, prompt = self._next_prompt(index, slot)
+        # Common prefix with what the cache holds; a "clear" request does not reuse (cache_prompt off).
+        cached = slot.tokens[: slot.n_past]
+        n_past = 0
+        if kind in ("continue", "partial"):
+            while n_past < min(len(cached), len(prompt)) and cached[n_past] == prompt[n_past]:
+                n_past += 1
+        n_past = min(n_past, len(prompt) - 1)  # the server evaluates at least one prompt token
+        if cfg.fault == "stale-drafter" and index >= 1:
+            # The fault: from this reset on, the target is rewound/cleared and fed, the drafter left alone.
+            self.drafter_in_sync = False
+
+        self.lines.new_prompt(task, T.n_ctx, 0, len(prompt))
+        self.lines.cached(task, n_past)
+        t0 = time.perf_counter()
+        if n_past == 0:
+            T.clear()
+        else:
+            T.seq_rm(n_past)
+        if self.drafter_in_sync:
+            if n_past == 0:
+                D.clear()
+            else:
+                D.seq_rm(n_past)
+        self.stats.n_begin += 1
+        ret = self._decode_prompt(T, prompt, n_past, task, show=True)
+        if ret != 0:
+            self.lines.target_failed(0, cfg.n_batch, ret)
+            slot.tokens, slot.n_past = [], 0
+            return
+        slot.id_last = self._argmax(T, -1)
+        if self.drafter_in_sync:
+            # Stand-in for DFlash's prefill capture: the drafter's cache covers the prompt too.
+            tb = time.perf_counter()
+            dret = self._decode_prompt(D, prompt, n_past, task, show=False)
+            self.stats.t_begin_ms += (time.perf_counter() - tb) * 1e3
+            if dret != 0:
+                self.lines.commit_failed(dret, len(prompt) - n_past)
+        t_prompt_ms = (time.perf_counter() - t0) * 1e3
+        slot.tokens = prompt + [slot.id_last]
+        slot.n_past = len(prompt)
+        n_decoded = 1
+        drafted = accepted = verify_steps = 0
+
+        t1 = time.perf_counter()
+        for c in range(cfg.cycles):
+            if slot.n_past + cfg.draft + 2 > self.limit:
+                break  # the slot's context is full: the request ends here, like hitting n_predict
+            a, n_draft, ok = self._cycle(index, task, c, slot)
+            on_cycle()
+            if not ok:
+                break
+            n_decoded += a + 1
+            drafted += n_draft
+            accepted += a
+            verify_steps += 1 if n_draft else 0
+        t_gen_ms = (time.perf_counter() - t1) * 1e3
+        self.drafted += drafted
+        self.accepted += accepted
+        perf = self.L.llama_perf_context(T.ctx)
+        timings = RequestTimings(
+            len(prompt) - n_past, t_prompt_ms, n_decoded, t_gen_ms, int(perf.n_reused), drafted, accepted, verify_steps
+        )
+        self.lines.print_timings(task, timings, self.stats)
+        self.lines.release(task, slot.n_past, truncated=False)  # the prompt was never cut
+        self.w.flush()
+
+    def _cycle(self, index: int, task: int, c: int, slot: Slot) -> tuple[int, int, bool]:
+        """One draft/verify cycle. Returns (accepted, drafted, target ok)."""
+        cfg, T, D, k = self.cfg, self.target, self.drafter, self.cfg.draft
+        n_past, id_last = slot.n_past, slot.id_last
+        rollback = cfg.fault != "no-rollback" and self.drafter_in_sync
+
+        # Draft: the fork trims the drafter to committed_len first, then decodes the block there.
+        t0 = time.perf_counter()
+        if rollback:
+            D.seq_rm(n_past)
+        self.stats.n_gen_calls += 1
+        drafts, dret = self._draft(n_past, id_last)
+        if drafts:
+            self.stats.n_gen_drafts += 1
+            self.stats.n_gen_tokens += len(drafts)
+        if dret != 0:
+            self.lines.draft_failed(dret)
+        self.stats.t_gen_ms += (time.perf_counter() - t0) * 1e3
+
+        # Verify [id_last, d1..dk] in one target batch; with no draft this is a plain decode step.
+        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True)
+        if tret != 0:
+            self.lines.target_failed(0, cfg.n_batch, tret)
+            return 0, len(drafts), False
+        a = 0
+        while a < len(drafts) and self._argmax(T, a) == drafts[a]:
+            a += 1
+        new_token = self._argmax(T, a)
+
+        if drafts:
+            t1 = time.perf_counter()
+            self.stats.n_acc_calls += 1
+            self.stats.n_acc_tokens += a
+            self.stats.n_acc_drafts += 1 if a else 0
+            if len(self.stats.acc_per_pos) < k:
+                self.stats.acc_per_pos += [0] * (k - len(self.stats.acc_per_pos))
+            for j in range(a):
+                self.stats.acc_per_pos[j] += 1
+            T.seq_rm(n_past + a + 1)
+            if self.drafter_in_sync:
+                self._commit(n_past, drafts, a, rollback)
+            self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
+
+        slot.tokens += drafts[:a] + [new_token]
+        slot.n_past = n_past + a + 1
+        slot.id_last = new_token
+        if drafts:
+            self.lines.accepted(task, a, len(drafts), slot.n_past)
+        self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, T.kv_range()[1], D.kv_range()[1]))
+        return a, len(drafts), True
+
+    def _draft(self, n_past: int, id_last: int) -> tuple[list[int], int]:
+        """Draft k tokens starting at n_past. Returns (drafts, ret of the drafter decode)."""
+        D, k = self.drafter, self.cfg.draft
+        if self.cfg.drafting == "block":
+            ret = self.decode(D, [id_last] + [self.mask] * k, n_past, all_logits=True)
+            return ([self._argmax(D, j) for j in range(k)] if ret == 0 else []), ret
+        drafts: list[int] = []
+        token = id_last
+        for j in range(k):
+            ret = self.decode(D, [token], n_past + j, all_logits=True)
+            if ret != 0:
+                return drafts, ret
+            token = self._argmax(D, 0)
+            drafts.append(token)
+        return drafts, 0
+
+    def _commit(self, n_past: int, drafts: list[int], a: int, rollback: bool) -> None:
+        """Roll the drafter back to the accepted prefix and commit what it lacks: it ends at the target's max.
+
+        Without rollback (the no-rollback fault) the rejected positions stay: the block's masks count as
+        committed, and the chain only gets the one position it never decoded.
+        """
+        D = self.drafter
+        if self.cfg.drafting == "block":
+            if not rollback:
+                return
+            # The block held masks after id_last: drop them, then feed the accepted tokens.
+            D.seq_rm(n_past + 1)
+            todo, pos = drafts[:a], n_past + 1
+        else:
+            # The chain holds id_last, d1..d(k-1): keep the accepted ones; dk was never decoded.
+            if rollback:
+                D.seq_rm(n_past + a + 1)
+            todo, pos = (drafts[-1:], n_past + a) if a == len(drafts) else ([], 0)
+        if todo:
+            ret = self.decode(D, todo, pos, all_logits=False)
+            if ret != 0:
+                self.lines.commit_failed(ret, len(todo))
+
+    def run(self) -> None:
+        from tqdm import tqdm
+
+        total = self.cfg.requests * self.cfg.cycles
+        slot = Slot()
+        with tqdm(
+            total=total, disable=not self.cfg.progress, file=sys.stderr, unit="cycle", desc="capture", leave=False
+        ) as bar:
+            for index in range(self.cfg.requests):
+                self.run_request(index, slot, lambda: bar.update(1))
+        self.lines.all_idle()

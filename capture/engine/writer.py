@@ -1,0 +1,142 @@
+"""The session an engine capture writes: raw.log through llama.cpp's own log callback, ground_truth.parquet
+from the API, and manifest.json (settings, models, versions, devices, outcome)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from capture.engine.config import EngineConfig, EngineError
+from capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV, device_info
+from capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
+from capture.engine.loop import Engine
+from capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
+from capture.models import ModelPair, resolve_models, sha256_file
+from capture.session import GROUND_TRUTH, RAW_LOG, Session, now_iso, tool_version
+
+
+def model_entry(path: Path, models: ModelPair) -> dict[str, Any]:
+    entry: dict[str, Any] = {"file": path.name, "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    if models.generated:
+        entry |= {"generated": True, "seed": models.seed}
+    else:
+        entry["path"] = str(path)
+    return entry
+
+
+def _write_ground_truth(path: Path, decodes: list[DecodeRecord]) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame([asdict(d) for d in decodes], columns=list(GROUND_TRUTH_COLUMNS))
+    frame = frame.astype({c: "int64" for c in GROUND_TRUTH_COLUMNS if c != "context"})
+    frame["context"] = frame["context"].astype("string")
+    frame.to_parquet(path, index=False)
+
+
+def engine_models(config: EngineConfig) -> ModelPair:
+    """The user's GGUF pair (checked) or the generated tiny pair (made on first use)."""
+    try:
+        return resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
+    except (OSError, ValueError) as e:
+        raise EngineError(str(e)) from None
+
+
+def run_engine(config: EngineConfig, session: Session, models: ModelPair | None = None) -> EngineResult:
+    """Run a capture into `session`: raw.log, ground_truth.parquet and manifest.json.
+
+    Raises EngineError (one-line message) for settings or models that cannot be used.
+    """
+    config.validate()
+    if models is None:
+        models = engine_models(config)
+    import llama_cpp
+
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    settings.pop("cache_dir")
+    for key in ("target", "drafter"):
+        settings[key] = getattr(models, key).name
+    started = now_iso()
+    session.write_manifest(
+        {
+            "kind": "engine",
+            "engine": settings,
+            "models": {"target": model_entry(models.target, models), "drafter": model_entry(models.drafter, models)},
+            "versions": {
+                "kvtrace": tool_version(),
+                "llama_cpp_python": llama_cpp.__version__,
+                "llama_cpp": f"vendored by llama-cpp-python {llama_cpp.__version__}",
+                "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+            },
+            "env": {BATCH_DEBUG_ENV: "1", KV_DEBUG_ENV: "1" if config.kv_debug else None},
+            "device": device_info(config),
+            "files": {"raw_log": RAW_LOG, "ground_truth": GROUND_TRUTH},
+            "started": started,
+            "outcome": {"status": "running"},
+        }
+    )
+    saved = {name: os.environ.get(name) for name in (BATCH_DEBUG_ENV, KV_DEBUG_ENV)}
+    os.environ[BATCH_DEBUG_ENV] = "1"
+    if config.kv_debug:
+        os.environ[KV_DEBUG_ENV] = "1"
+    else:
+        os.environ.pop(KV_DEBUG_ENV, None)
+    writer = LogWriter(session.raw_log, prefix=config.log_prefix)
+    t0 = time.perf_counter()
+    engine: Engine | None = None
+    status = "error"
+    try:
+        llama_cpp.llama_backend_init()
+        with LlamaLogCapture(writer):
+            engine = Engine(config, models, writer)
+            try:
+                engine.run()
+            finally:
+                engine.close()
+        if writer.levels[DEBUG] == 0:
+            raise EngineError("llama.cpp delivered no DEBUG-level lines, so raw.log has no batch dumps")
+        status = "ok"
+    finally:
+        writer.close()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        duration = time.perf_counter() - t0
+        decodes = engine.decodes if engine else []
+        if engine:
+            _write_ground_truth(session.ground_truth, decodes)
+        session.write_manifest(
+            {
+                "ended": now_iso(),
+                "outcome": {
+                    "status": status,
+                    "decodes": len(decodes),
+                    "failures": sum(1 for d in decodes if d.ret != 0),
+                    "requests": engine.n_requests if engine else 0,
+                    "cycles": len(engine.cycles) if engine else 0,
+                    "drafted": engine.drafted if engine else 0,
+                    "accepted": engine.accepted if engine else 0,
+                    "duration_s": round(duration, 3),
+                    "raw_log_lines": writer.line - 1,
+                    "log_levels": {name: writer.levels[lvl] for name, lvl in _LEVEL_NAMES.items()},
+                },
+            }
+        )
+    assert engine is not None
+    return EngineResult(
+        session.path,
+        config,
+        engine.decodes,
+        engine.cycles,
+        engine.n_requests,
+        duration,
+        engine.drafted,
+        engine.accepted,
+    )
+
+
+_LEVEL_NAMES = {"none": 0, "debug": 1, "info": 2, "warn": 3, "error": 4, "cont": 5}

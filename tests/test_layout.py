@@ -1,0 +1,187 @@
+"""The dependency rule, the public API and the README's Layout section, checked against the tree.
+
+Layers, lowest first: `capture.session` (the session-folder layout, a leaf); the reader core (`analyze.*`
+outside `cli` and `views`); the views (`analyze.views`); `capture` (which uses only `analyze`'s public
+API); the command layer (`analyze.cli`), which nothing imports back; `app.py` (views and the core).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("analyze", "capture")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    found["app"] = ROOT / "app.py"
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every project module this one imports, at the top or inside a function, typing-only included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            # `from pkg import mod` names a module when mod is one
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in MODULES and t != name)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def layer(name: str) -> str:
+    if name == "capture.session":
+        return "session"
+    if name == "app":
+        return "app"
+    if name == "analyze.__main__" or name == "analyze.cli" or name.startswith("analyze.cli."):
+        return "cli"
+    if name.startswith("analyze.views"):
+        return "views"
+    if name.startswith("analyze"):
+        return "core"
+    return "capture"
+
+
+ALLOWED = {
+    "session": {"session"},
+    "core": {"session", "core"},
+    "views": {"session", "core", "views"},
+    "capture": {"session", "capture", "analyze"},  # "analyze": the package's public API only
+    "cli": {"session", "core", "views", "capture", "cli"},
+    "app": {"session", "core", "views"},
+}
+
+
+def _allowed(src: str, dst: str) -> bool:
+    want = ALLOWED[layer(src)]
+    if layer(src) == "capture" and layer(dst) == "core":
+        return dst == "analyze" and "analyze" in want
+    return layer(dst) in want
+
+
+def test_every_import_follows_the_layers() -> None:
+    bad = [f"{src} imports {dst} ({layer(src)} -> {layer(dst)})" for src, dsts in GRAPH.items() for dst in sorted(dsts)
+           if not _allowed(src, dst)]
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_the_command_layer() -> None:
+    users = [f"{src} -> {dst}" for src, dsts in GRAPH.items() if layer(src) != "cli" for dst in dsts
+             if layer(dst) == "cli"]
+    assert not users
+
+
+def test_session_is_a_leaf() -> None:
+    assert GRAPH["capture.session"] == set()
+
+
+def test_no_import_cycles() -> None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+
+
+def _import_alone(name: str) -> tuple[str, int, str]:
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    return name, proc.returncode, proc.stderr.strip().splitlines()[-1:] and proc.stderr.strip().splitlines()[-1]
+
+
+def test_every_module_imports_on_its_own_in_a_fresh_interpreter() -> None:
+    # app.py is a Streamlit script, not a library module: importing it would run the page
+    names = sorted(n for n in MODULES if n not in ("app", "analyze.__main__"))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failed = [f"{n}: {err}" for n, rc, err in pool.map(_import_alone, names) if rc != 0]
+    assert not failed, "\n".join(failed)
+
+
+def test_help_imports_no_heavy_module() -> None:
+    """`kvtrace --help` and `kvtrace capture run --help` load click, not pandas, the reader or llama.cpp."""
+    probe = ("import sys; from analyze.cli import cli\n"
+             "for args in (['--help'], ['capture', 'run', '--help'], ['triage', '--help']):\n"
+             "    try:\n        cli.main(args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
+             "heavy = sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'plotly', 'streamlit', 'llama_cpp', 'httpx',"
+             " 'analyze.parser', 'capture.engine.loop', 'capture.wrap') if m in sys.modules)\n"
+             "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert "HEAVY []" in out, out[-500:]
+
+
+PUBLIC_API = {
+    "analyze": ["InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
+    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions",
+                "Session", "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks",
+                "new_session", "run_attach", "run_engine", "run_llama_swap", "run_wrapped"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC_API))
+def test_public_api_is_pinned_and_resolves(package: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(package)
+    assert sorted(mod.__all__) == PUBLIC_API[package]
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None
+
+
+def test_readme_layout_lists_every_module() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Layout")
+    end = text.find("\n## ", start + 1)
+    section = text[start: end if end > 0 else len(text)]
+    listed: set[str] = set()
+    for item in re.split(r"\n- ", section)[1:]:
+        folder = re.match(r"`([\w/]+/|app\.py)`", item)
+        assert folder, item[:60]
+        prefix = folder.group(1) if folder.group(1).endswith("/") else ""
+        listed.update(prefix + name for name in re.findall(r"`([\w]+\.py)`", item))
+    files = {str(p.relative_to(ROOT)) for p in MODULES.values()}
+    assert files - listed == set(), f"modules missing from the README's Layout: {sorted(files - listed)}"
+    assert listed - files == set(), f"the README's Layout lists modules that do not exist: {sorted(listed - files)}"
