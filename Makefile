@@ -8,12 +8,15 @@ SERVER_STAMP := $(VENV)/.llama-server-installed
 BROWSER_STAMP := $(VENV)/.browser-installed
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: setup demo test lint bench samples server browser clean
+# Python 3.13 for the core smoke test, where the machine has one (pyenv keeps it off PATH unless selected).
+PY313 ?= $(shell command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -1) && [ -n "$$v" ] && PYENV_VERSION=$$v pyenv which python3.13 2>/dev/null || (python3.13 -c '' 2>/dev/null && command -v python3.13))
+
+.PHONY: setup demo test lint bench samples server browser core-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[test]'
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[engine,test]'
 	touch $@
 
 setup: $(STAMP)
@@ -23,10 +26,22 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
-test: setup server browser
-	$(BIN)/ruff check .
+test: lint server browser core-smoke
 	$(BIN)/pytest
+
+# The core (no llama.cpp build) in a fresh Python 3.13 venv: install from wheels, triage the corpus fixtures.
+core-smoke:
+	@if [ -z "$(PY313)" ]; then echo "core-smoke: no python3.13 on this machine, skipped"; else \
+		rm -rf .venv-core313 && $(PY313) -m venv .venv-core313 && \
+		.venv-core313/bin/pip install -q --only-binary=:all: --upgrade pip && \
+		.venv-core313/bin/pip install -q --only-binary=:all: . && \
+		.venv-core313/bin/kvtrace --help >/dev/null && \
+		.venv-core313/bin/kvtrace triage --json tests/fixtures/corpus > .venv-core313/triage.jsonl && \
+		.venv-core313/bin/python -c "import sys; n = sum(1 for _ in open('.venv-core313/triage.jsonl')); print(f'core-smoke: python 3.13 triaged {n} corpus logs'); sys.exit(n == 0)" && \
+		(.venv-core313/bin/kvtrace demo --no-dashboard 2>&1 | grep -q "kvtrace\[engine\]") && \
+		echo "core-smoke: without the engine extra, kvtrace demo names it"; fi
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
@@ -51,4 +66,4 @@ $(BROWSER_STAMP): $(STAMP)
 browser: $(BROWSER_STAMP)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-core313 .pytest_cache .ruff_cache .mypy_cache
