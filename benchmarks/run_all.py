@@ -8,6 +8,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = [
+    ["cli_help.py"],
     ["reader_speed.py"],
     ["reader_speed.py", "--fault", "stale-drafter"],
     ["engine_capture.py"],
