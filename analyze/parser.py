@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import dataclass, field
@@ -90,6 +91,24 @@ class StreamParser:
             if hint == "drafter":
                 out["drafter_pos"], out["target_pos"] = out["target_pos"], None
         return out
+
+    def snapshot(self) -> ParseResult:
+        """The tables so far, without finishing: feeding goes on afterwards as if it had not been asked.
+
+        A live view calls this while the log grows. A failure still open (its caller lines may yet come) is
+        included as it stands; the table builders fill in failure sides, so they get copies, and the
+        walker's own records stay as the next `feed` expects them. The last, unterminated line waits.
+        """
+        w = self.walker
+        kept = w.failures
+        shown = [copy.copy(f) for f in kept]
+        if w._failure is not None:  # noqa: SLF001 - an open failure is already an error seen
+            shown.append(copy.copy(w._failure))  # noqa: SLF001
+        w.failures = shown
+        try:
+            return _result(w, self.name, self.n_bytes, list(self.warnings))
+        finally:
+            w.failures = kept
 
     def finish(self) -> ParseResult:
         if self._carry:

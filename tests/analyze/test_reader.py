@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import analyze
 from analyze.source import MAX_LINE
 
+ROOT = Path(__file__).resolve().parents[2]
 SEED = Path(__file__).parents[1] / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
 
 
@@ -74,3 +76,27 @@ def test_stream_parser_matches_whole_parse() -> None:
     whole = analyze.parse(data)
     assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}
     assert r.lines == whole.lines
+
+
+def test_stream_parser_snapshot_is_not_destructive() -> None:
+    """A live view asks for the tables while the log grows: asking changes nothing that follows."""
+    data = (ROOT / "samples" / "stale-drafter" / "raw.log").read_bytes()
+    whole = analyze.parse(data)
+    first_error = int(whole.errors["line"].iloc[0])
+    lines = data.splitlines(keepends=True)
+    sp = analyze.StreamParser("live")
+    sp.feed(b"".join(lines[:first_error]))  # up to and including the error's first line: still open
+    early = sp.snapshot()
+    assert len(early.errors) == 1 and early.verdict.kind == "inconsistent_positions"
+    assert early.verdict.n_position_errors == 1
+    again = sp.snapshot()
+    assert again.verdict.to_dict() == early.verdict.to_dict() and len(again.batches) == len(early.batches)
+    rest = b"".join(lines[first_error:])
+    for i in range(0, len(rest), 4099):
+        sp.feed(rest[i : i + 4099])
+        if i % (4099 * 50) == 0:
+            sp.snapshot()
+    r = sp.finish()
+    assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}
+    for name in ("batches", "kv", "errors", "events"):
+        pd.testing.assert_frame_equal(getattr(r, name), getattr(whole, name))
