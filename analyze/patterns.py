@@ -282,10 +282,11 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="placement", builds="beellama.cpp (F-17)"),
     _p("ctx_created", "meta", "n_ctx         =", r"llama_context: n_ctx\s+= (?P<n_ctx>\d+)", kind="context"),
     _p("kv_created", "meta", "cells", r"llama_kv_cache\w*: size = .*?\(\s*(?P<cells>\d+) cells", kind="kv_cache"),
-    _p("draft_load", "meta", "draft", r"(?:loading draft model|adding speculative implementation|common_speculative_init|"
-       r"draft model warmup|dflash: setting -cd)", kind="draft_marker"),
+    # the implementation line names the spec type: before the generic draft marker, which also matches it
     _p("spec_impl", "meta", "implementation", r"adding (?:speculative )?implementation '?(?P<impl>[\w-]+)'?",
        kind="spec_impl"),
+    _p("draft_load", "meta", "draft", r"(?:loading draft model|adding speculative implementation|common_speculative_init|"
+       r"draft model warmup|dflash: setting -cd)", kind="draft_marker"),
     _p("rope_type", "meta", "rope", r"(?:rope type|rope_type)\s*=\s*(?P<rope>\S+)", kind="rope"),
     _p("model_arch", "meta", "general.architecture", r"general\.architecture\s+\w*\s*=\s*(?P<arch>\S+)",
        kind="arch"),

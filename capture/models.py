@@ -254,3 +254,102 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# Upstream llama.cpp speculative types whose drafter is its own architecture (b11434): DFlash reads the
+# target's layer inputs through an `fc` projection and drafts a whole `[id_last, <mask> x n]` block; EAGLE3
+# encodes three target layer inputs and drafts token by token. Both share the target's embeddings and output
+# head (no token_embd/output tensors: llama.cpp falls back to the target's), and both need the target's
+# tokenizer (with <mask> for DFlash). Random weights: drafts are rarely accepted, but every KV move is real.
+UPSTREAM_DRAFTERS = ("dflash", "eagle3")
+
+
+def _upstream_drafter_weights(kind: str, params: ModelParams, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + (101 if kind == "dflash" else 202))
+    e, ff, hd = params.n_embd, params.n_ff, params.n_embd // params.n_head
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    if kind == "dflash":  # target_layers [1]: one 64-wide input, one drafter layer
+        return {
+            "fc.weight": mat(e, e), "enc.output_norm.weight": ones(e), "output_norm.weight": ones(e),
+            "blk.0.attn_norm.weight": ones(e), "blk.0.attn_q.weight": mat(e, e), "blk.0.attn_k.weight": mat(e, e),
+            "blk.0.attn_v.weight": mat(e, e), "blk.0.attn_output.weight": mat(e, e),
+            "blk.0.attn_q_norm.weight": ones(hd), "blk.0.attn_k_norm.weight": ones(hd),
+            "blk.0.ffn_norm.weight": ones(e), "blk.0.ffn_gate.weight": mat(ff, e), "blk.0.ffn_up.weight": mat(ff, e),
+            "blk.0.ffn_down.weight": mat(e, ff),
+        }
+    return {  # eagle3, target_layers [0, 1, 1]: three inputs into fc, attention over [embedding, hidden]
+        "fc.weight": mat(e, 3 * e), "output_norm.weight": ones(e),
+        "blk.0.attn_norm.weight": ones(e), "blk.0.attn_norm_2.weight": ones(e),
+        "blk.0.attn_q.weight": mat(e, 2 * e), "blk.0.attn_k.weight": mat(e, 2 * e),
+        "blk.0.attn_v.weight": mat(e, 2 * e), "blk.0.attn_output.weight": mat(e, e),
+        "blk.0.ffn_norm.weight": ones(e), "blk.0.ffn_gate.weight": mat(ff, e), "blk.0.ffn_up.weight": mat(ff, e),
+        "blk.0.ffn_down.weight": mat(e, ff),
+    }
+
+
+def _write_upstream_drafter(path: Path, kind: str, params: ModelParams, seed: int) -> None:
+    import gguf
+
+    tokens, scores, types = vocabulary()
+    writer = gguf.GGUFWriter(str(path), kind)
+    writer.add_name(f"kvtrace-tiny-{kind}-s{seed}")
+    writer.add_context_length(params.context_length)
+    writer.add_embedding_length(params.n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(params.n_ff)
+    writer.add_head_count(params.n_head)
+    writer.add_head_count_kv(params.n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(params.n_embd // params.n_head)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if kind == "dflash":
+        # layer-input ids must be < the target's n_layer (an id equal to it aborts the server)
+        writer.add_array("dflash.target_layers", [params.target_layers - 1])
+        writer.add_uint32("dflash.block_size", 16)
+    else:
+        writer.add_array("eagle3.target_layers", [0, params.target_layers - 1, params.target_layers - 1])
+        writer.add_uint32("eagle3.target_hidden_size", params.n_embd)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_mask_token_id(MASK_ID)  # DFlash's noise block; without it the server aborts on the first draft
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    for name, array in _upstream_drafter_weights(kind, params, seed).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def ensure_upstream_drafter(kind: str, cache_dir: Path | None = None, seed: int = 0,
+                            params: ModelParams | None = None) -> Path:
+    """A tiny `dflash` or `eagle3` drafter for the generated target of `seed`, made once and cached."""
+    if kind not in UPSTREAM_DRAFTERS:
+        raise ModelError(f"unknown drafter kind {kind!r}: one of {', '.join(UPSTREAM_DRAFTERS)}")
+    params = params or ModelParams()
+    pair = ensure_models(cache_dir, seed, params)
+    path = pair.target.parent / f"{kind}-v1.gguf"  # bump the suffix when the bytes change
+    if path.is_file():
+        return path
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        _write_upstream_drafter(Path(tmp), kind, params, seed)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
