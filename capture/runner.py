@@ -5,6 +5,7 @@ llama-swap stream): pump bytes into raw.log, watch, apply the stop rules, always
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -137,7 +138,8 @@ def run_capture(
     """Capture until a stop rule fires; the manifest records why it stopped and how the program ended."""
     sink = RawSink(session.raw_log, echo=terminal.echo if terminal.echo_enabled else None)
     start_offset = sink.bytes_written
-    session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset})
+    # kvtrace_pid: a live view (kvtrace dashboard --follow) tells a killed capture from a running one.
+    session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset, "kvtrace_pid": os.getpid()})
     stop_pump = threading.Event()
     eof = threading.Event()
     pump_error: list[str] = []
@@ -145,7 +147,7 @@ def run_capture(
     def pump() -> None:
         try:
             spliced = isinstance(source, FdSource) and not sink.echoing
-            if spliced and splice_fd(source.fd, sink.splice_from, stop_pump):  # type: ignore[union-attr]
+            if spliced and isinstance(source, FdSource) and splice_fd(source.fd, sink.splice_from, stop_pump):
                 return
             for chunk in source(stop_pump):
                 sink.write(chunk)

@@ -59,6 +59,9 @@ def _engine_options(f: Any) -> Any:
                      help="Share of the model per GPU, e.g. 3,1."),
         click.option("--main-gpu", type=click.IntRange(min=0), default=0, show_default=True,
                      help="The GPU used with --split-mode none."),
+        click.option("--pace", "pace_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
+                     metavar="SECONDS", help="Sleep this long after each cycle (the log flushed first): a "
+                     "capture slow enough to follow live with kvtrace dashboard SESSION --follow."),
         click.option("--out", type=click.Path(file_okay=False, path_type=Path),
                      help="Session folder (default: a new one under ./sessions)."),
         click.option("--progress/--no-progress", default=None,
@@ -89,6 +92,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         tensor_split=kw["tensor_split"],
         main_gpu=kw["main_gpu"],
         progress=sys.stderr.isatty() if progress is None else progress,
+        pace_s=kw["pace_s"],
     )
 
 

@@ -41,6 +41,7 @@ class EngineConfig:
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
     progress: bool = False
+    pace_s: float = 0.0  # sleep after each cycle, log flushed first: a capture slow enough to watch live
 
     def validate(self) -> None:
         if self.fault not in FAULTS:
@@ -59,6 +60,8 @@ class EngineConfig:
             raise EngineError(f"--draft must be between 1 and {min(64, self.n_batch - 1)}")
         if not 1 <= self.prompt_words[0] <= self.prompt_words[1]:
             raise EngineError("prompt_words must be a (min, max) range with 1 <= min <= max")
+        if not 0 <= self.pace_s <= 60:
+            raise EngineError("--pace must be between 0 and 60 seconds")
         if min(self.n_ctx_target, self.n_ctx_drafter) < 256:
             raise EngineError("context sizes must be at least 256")
 

@@ -220,6 +220,9 @@ class Engine:
                 break  # the slot's context is full: the request ends here, like hitting n_predict
             a, n_draft, ok = self._cycle(index, task, c, slot)
             on_cycle()
+            if cfg.pace_s:
+                self.w.flush()  # what a live reader sees at once, as a server's unbuffered stderr
+                time.sleep(cfg.pace_s)
             if not ok:
                 break
             n_decoded += a + 1

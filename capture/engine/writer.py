@@ -75,6 +75,7 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
             "files": {"raw_log": RAW_LOG, "ground_truth": GROUND_TRUTH},
             "started": started,
             "outcome": {"status": "running"},
+            "kvtrace_pid": os.getpid(),  # a live view tells a killed capture from a running one
         }
     )
     saved = {name: os.environ.get(name) for name in (BATCH_DEBUG_ENV, KV_DEBUG_ENV)}

@@ -341,3 +341,26 @@ def test_samples_are_current(tmp_path: Path) -> None:
     assert (stale.ret == -1).any() and (
         pd.read_parquet(DEFAULT_DIR / "healthy" / "ground_truth.parquet").ret == 0
     ).all()
+
+
+def test_pace_writes_the_log_cycle_by_cycle(cache: Path, tmp_path: Path) -> None:
+    """--pace: each cycle's lines reach raw.log before the pause, so a live reader sees the capture grow."""
+    import threading
+    import time
+
+    cfg = EngineConfig(cache_dir=cache, fault="stale-drafter", requests=2, cycles=6, pace_s=0.15)
+    done: list[EngineResult] = []
+    worker = threading.Thread(target=lambda: done.append(run_engine(cfg, Session(tmp_path))))
+    worker.start()
+    sizes = set()
+    while worker.is_alive():
+        raw = tmp_path / "raw.log"
+        if raw.exists():
+            sizes.add(raw.stat().st_size)
+        time.sleep(0.03)
+    worker.join()
+    assert done and done[0].duration_s >= len(done[0].cycles) * 0.15
+    assert len({s for s in sizes if 0 < s < (tmp_path / "raw.log").stat().st_size}) >= 4, sizes
+    assert json.loads((tmp_path / "manifest.json").read_text())["engine"]["pace_s"] == 0.15
+    with pytest.raises(EngineError, match="--pace"):
+        run_engine(EngineConfig(cache_dir=cache, pace_s=-1), Session(tmp_path))
