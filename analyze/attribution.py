@@ -119,3 +119,38 @@ def attribute_batches(
         context[left] = [CONTEXT_NAMES[int(h)] for h in hint[left]]
         confidence[left] = 0.9
     return context, confidence
+
+
+def no_drafter(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n-gram self-speculation: there is no drafter context, so every one of the n batches is the target's."""
+    return np.full(n, "target", dtype=object), np.full(n, 0.99)
+
+
+def kv_through_batches(kv_line: np.ndarray, kv_context: np.ndarray, batch_line: np.ndarray,
+                       batch_context: np.ndarray) -> np.ndarray:
+    """A find_slot row whose cache size does not tell takes the context of the batch it places.
+
+    llama.cpp prints find_slot while placing the ubatches of the input batch dumped just before it, so the
+    latest batch dump above a find_slot line is the batch it places (every ubatch of a split prompt too).
+    """
+    out = kv_context.copy()
+    todo = np.flatnonzero(out == "unknown")
+    if not todo.size or not batch_line.size:
+        return out
+    order = np.argsort(batch_line, kind="stable")
+    lines, ctx = batch_line[order], batch_context[order]
+    at = np.searchsorted(lines, kv_line[todo], side="right") - 1
+    ok = at >= 0
+    out[todo[ok]] = ctx[at[ok]]
+    return out
+
+
+# A backtrace frame in one of these functions puts an abort on the draft side: the speculative code and the
+# draft context's own entry points (the issue's rule: an assert whose backtrace runs through them).
+DRAFTER_FRAMES = ("common_speculative", "speculative_impl", "draft", "dflash", "_mtp", "eagle")
+
+
+def frame_side(fn: str) -> str:
+    """`drafter` when a backtrace frame's function is on the speculative/draft path, else `unknown`."""
+    low = fn.lower()
+    return "drafter" if any(k in low for k in DRAFTER_FRAMES) else "unknown"

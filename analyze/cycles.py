@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from analyze.spec import NONE, keeping
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 BOUNDARIES = ("new_prompt", "reset", "stop", "kv_drop", "checkpoint_restore", "prompt_done")
 
@@ -46,24 +51,46 @@ class CycleStats:
         return asdict(self) | {"in_step_fraction": self.in_step_fraction, "drafter_in_step": self.drafter_in_step}
 
 
-def _stores(result: Any) -> tuple[pd.DataFrame, str]:
-    """Columns line, context, seq_id, stored (the max held just before a store), from kv or batches."""
+def _verifies(b: pd.DataFrame) -> np.ndarray:
+    """Whether each batch row verifies drafted tokens: two or more positions of its sequence, and logits for
+    more than one token. A prompt wants one output; a target step without a draft decodes one position."""
+    span = (pd.to_numeric(b["pos_max"], errors="coerce") - pd.to_numeric(b["pos_min"], errors="coerce")).fillna(0)
+    outputs = pd.to_numeric(b["n_outputs"], errors="coerce").fillna(2)  # a paste without the field: assume so
+    return ((span >= 1) & (outputs >= 2)).to_numpy(bool)
+
+
+def _stores(result: ParseResult) -> tuple[pd.DataFrame, str]:
+    """Columns line, context, seq_id, stored (the max held just before a store), ok and verify (a target
+    store that verifies drafted tokens), from kv or batches."""
     kv = result.kv
-    if len(kv) and {"target", "drafter"} <= set(kv["context"].astype(str)):
-        return pd.DataFrame({"line": kv["line"].to_numpy(np.int64), "context": kv["context"].astype(str).to_numpy(),
-                             "seq_id": kv["seq_id"].to_numpy(np.int64),
-                             "stored": kv["pos_max"].to_numpy(np.int64), "ok": True}), "kv"
     b = result.batches
     b = b[b["pos_min"].notna() & b["seq_id"].notna()]
+    if len(kv) and {"target", "drafter"} <= set(kv["context"].astype(str)):
+        verify = np.ones(len(kv), dtype=bool)  # no batch dumps: every target store counts
+        if len(b):
+            # a find_slot row places the latest batch of its sequence dumped above it
+            v = _verifies(b)
+            seqs = b["seq_id"].to_numpy(np.int64)
+            kv_seq = kv["seq_id"].to_numpy(np.int64)
+            kv_line = kv["line"].to_numpy(np.int64)
+            for seq in np.unique(kv_seq):
+                sel = np.flatnonzero(kv_seq == seq)
+                mine = np.flatnonzero(seqs == seq)
+                lines = b["line"].to_numpy(np.int64)[mine]
+                at = np.searchsorted(lines, kv_line[sel], side="right") - 1
+                verify[sel] = np.where(at >= 0, v[mine][np.clip(at, 0, None)], True)
+        return pd.DataFrame({"line": kv["line"].to_numpy(np.int64), "context": kv["context"].astype(str).to_numpy(),
+                             "seq_id": kv["seq_id"].to_numpy(np.int64),
+                             "stored": kv["pos_max"].to_numpy(np.int64), "ok": True, "verify": verify}), "kv"
     if len(b) and {"target", "drafter"} <= set(b["context"].astype(str)):
         return pd.DataFrame({"line": b["line"].to_numpy(np.int64), "context": b["context"].astype(str).to_numpy(),
                              "seq_id": b["seq_id"].to_numpy(np.int64),
                              "stored": b["pos_min"].to_numpy(np.int64) - 1,
-                             "ok": b["ok"].to_numpy(bool)}), "batches"
-    return pd.DataFrame(columns=["line", "context", "seq_id", "stored", "ok"]), ""
+                             "ok": b["ok"].to_numpy(bool), "verify": _verifies(b)}), "batches"
+    return pd.DataFrame(columns=["line", "context", "seq_id", "stored", "ok", "verify"]), ""
 
 
-def _attempts(result: Any) -> pd.DataFrame:
+def _attempts(result: ParseResult) -> pd.DataFrame:
     """Every drafter batch the log shows, refused or not (a refused one leaves no kv row)."""
     b = result.batches
     d = b[b["context"].astype(str) == "drafter"]
@@ -76,9 +103,9 @@ def _between(sorted_lines: np.ndarray, lo: int, hi: int) -> bool:
     return bool(np.searchsorted(sorted_lines, hi, "left") > np.searchsorted(sorted_lines, lo, "right"))
 
 
-def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
+def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | None]:
     stores, source = _stores(result)
-    if not source:
+    if not source or keeping(result.meta) == NONE:  # n-gram drafting: no drafter context to be in step with
         return 0, 0, "", None, None
     attempts = _attempts(result)
     err = result.errors
@@ -95,7 +122,9 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
         drafter_stored: list[int] = []
         a_lines = np.sort(attempts.line[attempts.seq_id == seq].to_numpy())
         f_lines = np.sort(failed.line[pd.to_numeric(failed.seq_id, errors="coerce") == seq].to_numpy(dtype=np.int64))
-        for line, ctx, stored, ok in zip(rows.line, rows.context, rows.stored, rows.ok, strict=True):
+        r_lines = np.sort(rows.line[(rows.context == "drafter") & ~rows.ok.astype(bool)].to_numpy(dtype=np.int64))
+        for line, ctx, stored, ok, verify in zip(rows.line, rows.context, rows.stored, rows.ok, rows.verify,
+                                                 strict=True):
             if ctx == "drafter":
                 if ok:
                     drafter_stored.append(int(stored))
@@ -103,7 +132,10 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
             if ctx != "target" or not ok:
                 continue
             tried = bool(drafter_stored) or _between(a_lines, prev_line, line) or _between(f_lines, prev_line, line)
-            if tried and prev_line >= 0 and not _between(bounds, prev_line, line):
+            # a target step that verifies no draft (the prompt, a token decoded alone) is a cycle only when the
+            # drafter's attempt since the previous step was refused (its draft never reached the target)
+            refused = _between(f_lines, prev_line, line) or _between(r_lines, prev_line, line)
+            if (verify or refused) and tried and prev_line >= 0 and not _between(bounds, prev_line, line):
                 n += 1
                 hit = int(stored) in drafter_stored
                 good += hit
@@ -115,7 +147,7 @@ def _in_step(result: Any) -> tuple[int, int, str, int | None, bool | None]:
     return n, good, source, first_bad, last
 
 
-def _acceptance_details(result: Any) -> tuple[int, float | None, list[float]]:
+def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[float]]:
     ev = result.events
     steps = ev[ev["kind"] == "accepted"]
     n_steps = len(steps)
@@ -137,7 +169,7 @@ def _acceptance_details(result: Any) -> tuple[int, float | None, list[float]]:
     return n_steps, mean_len, per_pos
 
 
-def cycle_stats(result: Any) -> CycleStats:
+def cycle_stats(result: ParseResult) -> CycleStats:
     n, good, source, first_bad, last = _in_step(result)
     n_steps, mean_len, per_pos = _acceptance_details(result)
     rate = (result.verdict.acceptance or {}).get("rate")

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.attribution import SizeMap, attribute_batches, map_sizes
+from analyze.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
 from analyze.normalize import readable
 from analyze.records import NA
+from analyze.spec import NONE, drafter_kv, spec_type
 from analyze.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
@@ -31,7 +32,7 @@ EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "detail"]
 CONTEXT_DTYPE = pd.CategoricalDtype(["target", "drafter", "unknown"])
 
 
-def _ints(a: array, nullable: bool = True) -> pd.Series:
+def _ints(a: array[int], nullable: bool = True) -> pd.Series:
     values = np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
     if not nullable:
         return pd.Series(values.copy(), dtype="int64")
@@ -39,7 +40,7 @@ def _ints(a: array, nullable: bool = True) -> pd.Series:
     return pd.Series(pd.arrays.IntegerArray(values.copy(), mask))
 
 
-def _floats(a: array) -> pd.Series:
+def _floats(a: array[float]) -> pd.Series:
     return pd.Series(np.frombuffer(a, dtype=np.float64).copy() if len(a) else np.zeros(0), dtype="float64")
 
 
@@ -47,7 +48,11 @@ def is_speculative(w: Walker) -> bool:
     meta = w.meta
     return bool(meta.get("_draft_seen") or meta["spec_impls"]) or any(
         e.kind in ("draft_stats", "accepted", "dflash") for e in w.events[:1000]
-    ) or any(f.component == "drafter" for f in w.failures)
+    ) or any(f.component == "drafter" for f in w.failures) or any(flag in meta["flags"] for flag in SPEC_FLAGS)
+
+
+# a command line in the paste that asks for speculative decoding (a draft model or a speculative type)
+SPEC_FLAGS = ("--spec-type", "--model-draft", "--spec-draft-model", "-md")
 
 
 def build_kv(w: Walker, sizes: SizeMap) -> pd.DataFrame:
@@ -188,6 +193,8 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "lines": w.n_lines,
         "recognised_lines": w.n_recognised,
         "speculative": speculative,
+        "spec_type": spec_type(w.meta),
+        "drafter_kv": drafter_kv(spec_type(w.meta)),
         "context_sizes": {str(k): v for k, v in sizes.contexts.items()},
         "context_attribution": sizes.how,
         "n_gpus": len({g["index"] for g in w.meta["gpus"]}) or max(w.meta.get("n_devices", {}).values(), default=0),
@@ -203,6 +210,16 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[s
     sizes = map_sizes(w._sigs, w.meta, speculative)  # noqa: SLF001
     kv = build_kv(w, sizes)
     batches = build_batches(w, sizes, speculative)
+    keep = drafter_kv(spec_type(w.meta))
+    if keep == NONE and len(batches):  # n-gram drafting has no drafter context
+        ctx, conf = no_drafter(len(batches))
+        batches["context"] = pd.Categorical(ctx, dtype=CONTEXT_DTYPE)
+        batches["context_confidence"] = conf
+    if len(kv) and (kv["context"] == "unknown").any():
+        kv["context"] = pd.Categorical(kv_through_batches(
+            kv["line"].to_numpy(np.int64), kv["context"].astype(str).to_numpy(dtype=object),
+            batches["line"].to_numpy(np.int64), batches["context"].astype(str).to_numpy(dtype=object),
+        ), dtype=CONTEXT_DTYPE)
     infer_components(w, batches, kv)
     return {
         "batches": batches,

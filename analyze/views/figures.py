@@ -8,7 +8,7 @@ hover labels carry numbers and line numbers only, because Plotly renders some HT
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,13 +19,16 @@ from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
 from analyze.views.overview import RESET_KINDS, details
 from analyze.views.positions import (
     XAxis,
+    apart,
+    apart_stretches,
     choose_axis,
     default_tolerance,
-    delta,
     floats,
     stored_positions,
-    stretches,
 )
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 COLOURS = {
     "target": "#1f6fc5",
@@ -75,14 +78,14 @@ def _segments(x: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray
 
 
 def _position_traces(
-    fig: go.Figure, result: object, seq_id: int | None, axis: XAxis,
+    fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis,
     x_range: tuple[float, float] | None, max_points: int, suffix: str = "", col: int | None = None,
     dash: str | None = None,
 ) -> tuple[float, float]:
     """Add the stored-position lines and batch spans; return the y extent drawn (for resets and shading)."""
     lo, hi = np.inf, -np.inf
     add = (lambda tr: fig.add_trace(tr, row=1, col=col)) if col else fig.add_trace
-    b = result.batches  # type: ignore[attr-defined]
+    b = result.batches
     seq_ok = pd.to_numeric(b["seq_id"], errors="coerce") == seq_id if seq_id is not None else True
     for context in ("target", "drafter", "unknown"):
         # Batch spans: the positions each decoded batch covered.
@@ -121,11 +124,11 @@ def _position_traces(
 
 
 def _error_traces(
-    fig: go.Figure, result: object, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None,
+    fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None,
     suffix: str = "", col: int | None = None, labels: bool = True, span: float | None = None,
 ) -> tuple[float, float]:
     add = (lambda tr: fig.add_trace(tr, row=1, col=col)) if col else fig.add_trace
-    err = result.errors  # type: ignore[attr-defined]
+    err = result.errors
     if seq_id is not None:
         err = err[(pd.to_numeric(err["seq_id"], errors="coerce") == seq_id) | err["seq_id"].isna()]
     err = err[err["last_pos"].notna() | err["batch_start"].notna()]
@@ -182,8 +185,8 @@ def _error_traces(
     return float(vals.min()), float(vals.max())
 
 
-def _resets(result: object, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None) -> pd.DataFrame:
-    ev = result.events  # type: ignore[attr-defined]
+def _resets(result: ParseResult, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None) -> pd.DataFrame:
+    ev = result.events
     ev = ev[ev["kind"].isin(RESET_KINDS)]
     if seq_id is not None and len(ev):
         ev = ev[(pd.to_numeric(ev["seq_id"], errors="coerce") == seq_id) | ev["seq_id"].isna()]
@@ -203,7 +206,7 @@ def _merge_bands(x0: np.ndarray, x1: np.ndarray, parts: int = 1500) -> tuple[np.
     return x0[starts], np.maximum.reduceat(x1, starts)
 
 
-def _vertical_band_trace(x0: Sequence[float], x1: Sequence[float], lo: float, hi: float) -> tuple[np.ndarray, ...]:
+def _vertical_band_trace(x0: np.ndarray, x1: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, ...]:
     """Closed rectangles (for fill='toself') from x0 to x1 spanning lo..hi, NaN-separated."""
     x0, x1 = np.asarray(x0, float), np.asarray(x1, float)
     n = x0.size
@@ -216,7 +219,7 @@ def _vertical_band_trace(x0: Sequence[float], x1: Sequence[float], lo: float, hi
 
 
 def position_figure(
-    result: object,
+    result: ParseResult,
     *,
     seq_id: int | None = None,
     axis: XAxis | None = None,
@@ -237,8 +240,9 @@ def position_figure(
     lo, hi = lo - pad, hi + pad
     # Divergence shading goes first in the legend but under the data (Plotly draws fills in trace order).
     tol = default_tolerance(result) if tolerance is None else tolerance
-    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
-    runs = [r for r in stretches(d, tol) if x_range is None or (r.x1 >= x_range[0] and r.x0 <= x_range[1])]
+    d = apart(result, seq_id, axis)
+    runs = [r for r in apart_stretches(result, d, tol)
+            if x_range is None or (r.x1 >= x_range[0] and r.x0 <= x_range[1])]
     if runs:
         x0, x1 = _merge_bands(np.array([r.x0 for r in runs]), np.array([r.x1 for r in runs]))
         xs, ys = _vertical_band_trace(x0, x1, lo, hi)
@@ -266,13 +270,13 @@ def position_figure(
 
 
 def delta_figure(
-    result: object, *, seq_id: int | None = None, axis: XAxis | None = None,
+    result: ParseResult, *, seq_id: int | None = None, axis: XAxis | None = None,
     x_range: tuple[float, float] | None = None, tolerance: float | None = None,
     max_points: int = DEFAULT_MAX_POINTS,
 ) -> go.Figure:
     """Drafter minus target stored position over time (0 = in step)."""
     axis = axis or choose_axis(result)
-    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
+    d = apart(result, seq_id, axis)
     d = d[_in_range(d["x"].to_numpy(float), x_range)]
     dv = d["delta"].to_numpy(float)
     idx = minmax_indices(dv, max_points)
@@ -295,9 +299,9 @@ def delta_figure(
     return fig
 
 
-def acceptance_figure(result: object) -> go.Figure | None:
+def acceptance_figure(result: ParseResult) -> go.Figure | None:
     """Accepted draft tokens per cycle where the log prints them, else acceptance per draft position."""
-    ev = result.events  # type: ignore[attr-defined]
+    ev = result.events
     cycles = ev[ev["kind"] == "accepted"]
     rows = [(d.get("accepted"), d.get("drafted")) for d in details(cycles)]
     acc = np.array([float(a) if a is not None else np.nan for a, _ in rows])
@@ -333,7 +337,7 @@ def acceptance_figure(result: object) -> go.Figure | None:
 
 
 def compare_figure(
-    a: object, b: object, *, names: tuple[str, str], seq_id: int | None = None,
+    a: ParseResult, b: ParseResult, *, names: tuple[str, str], seq_id: int | None = None,
     max_points: int = DEFAULT_MAX_POINTS,
 ) -> go.Figure:
     """Two sources side by side, sharing one position axis (say before and after a fix)."""

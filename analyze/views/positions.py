@@ -8,10 +8,17 @@ the stored position of the side that failed, so it is added to that side.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+from analyze.spec import OWN, keeping
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 CONTEXTS = ("target", "drafter")
 
@@ -42,7 +49,8 @@ class XAxis:
         if self.kind == "line" or line.size == 0:
             return line.astype(np.float64)
         if self.kind == "capture_time" and self.line_seconds is not None:
-            return self.line_seconds[np.clip(line, 0, self.line_seconds.size - 1)]
+            seconds: np.ndarray = self.line_seconds[np.clip(line, 0, self.line_seconds.size - 1)]
+            return seconds
         values = np.full(line.size, np.nan) if t is None else floats(t).copy()
         missing = np.isnan(values)
         if self.restarts is not None and self.restarts[0].size:
@@ -67,14 +75,14 @@ def _restarts(lines: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return lines[drop], add
 
 
-def _time_rows(result: object) -> tuple[np.ndarray, np.ndarray]:
+def _time_rows(result: ParseResult) -> tuple[np.ndarray, np.ndarray]:
     frames = [getattr(result, name) for name in ("batches", "kv", "errors", "events")]
     lines = np.concatenate([f["line"].to_numpy(np.int64) for f in frames if len(f)] or [np.empty(0, np.int64)])
     ts = np.concatenate([floats(f["t"]) for f in frames if len(f)] or [np.empty(0)])
     return lines, ts
 
 
-def choose_axis(result: object, capture_line_seconds: np.ndarray | None = None) -> XAxis:
+def choose_axis(result: ParseResult, capture_line_seconds: np.ndarray | None = None) -> XAxis:
     """Log timestamps where most rows have them, else capture time when given, else line numbers."""
     lines, ts = _time_rows(result)
     have = ~np.isnan(ts)
@@ -90,7 +98,7 @@ def choose_axis(result: object, capture_line_seconds: np.ndarray | None = None) 
     return XAxis("line", "log line")
 
 
-def sequences(result: object) -> list[int]:
+def sequences(result: ParseResult) -> list[int]:
     """Every sequence id the tables mention, smallest first."""
     ids: set[int] = set()
     for name in ("batches", "kv", "errors"):
@@ -105,17 +113,17 @@ def _seq_mask(frame: pd.DataFrame, seq_id: int | None) -> pd.Series:
     return pd.to_numeric(frame["seq_id"], errors="coerce") == seq_id
 
 
-def stored_positions(result: object, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
+def stored_positions(result: ParseResult, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     """Columns line, x, pos, source ('kv', 'batch' or 'error'), sorted by line."""
-    kv = result.kv  # type: ignore[attr-defined]
+    kv = result.kv
     kv = kv[(kv["context"] == context) & _seq_mask(kv, seq_id)]
     if len(kv):
         part = pd.DataFrame({"line": kv["line"], "t": kv["t"], "pos": kv["pos_max"], "source": "kv"})
     else:
-        b = result.batches  # type: ignore[attr-defined]
+        b = result.batches
         b = b[(b["context"] == context) & _seq_mask(b, seq_id) & b["ok"].astype(bool)]
         part = pd.DataFrame({"line": b["line"], "t": b["t"], "pos": b["pos_max"], "source": "batch"})
-    err = result.errors  # type: ignore[attr-defined]
+    err = result.errors
     err = err[(err["component"] == context) & _seq_mask(err, seq_id) & err["last_pos"].notna()]
     part_err = pd.DataFrame({"line": err["line"], "t": err["t"], "pos": err["last_pos"], "source": "error"})
     frames = [f for f in (part, part_err) if len(f)]
@@ -157,7 +165,7 @@ class Stretch:
     peak: float  # the largest |drafter - target| inside, with its sign
 
 
-def stretches(d: pd.DataFrame, tolerance: float, min_rows: int = 2) -> list[Stretch]:
+def stretches(d: pd.DataFrame, tolerance: float, min_rows: int = 2, ahead_only: bool = False) -> list[Stretch]:
     """Runs of at least `min_rows` consecutive rows where |drafter - target| > tolerance.
 
     One row apart is the normal hand-over between the two caches (a new request reaching one side first);
@@ -166,7 +174,7 @@ def stretches(d: pd.DataFrame, tolerance: float, min_rows: int = 2) -> list[Stre
     """
     if not len(d):
         return []
-    off = (d["delta"].abs() > tolerance).to_numpy()
+    off = ((d["delta"] if ahead_only else d["delta"].abs()) > tolerance).to_numpy()
     if not off.any():
         return []
     edges = np.diff(np.concatenate([[0], off.astype(np.int8), [0]]))
@@ -179,22 +187,63 @@ def stretches(d: pd.DataFrame, tolerance: float, min_rows: int = 2) -> list[Stre
     for s, e in zip(starts, ends, strict=True):
         if e - s < min_rows:
             continue
-        stop = min(e, len(d) - 1)
+        stop = min(int(e), len(d) - 1)
         seg = dv[s:e]
         peak = float(seg[np.argmax(np.abs(seg))])
         out.append(Stretch(int(line[s]), int(line[stop]), float(x[s]), float(x[stop]), peak))
     return out
 
 
-def default_tolerance(result: object) -> float:
-    """How far apart the caches may be inside one healthy draft/verify cycle: one draft block.
+def default_tolerance(result: ParseResult) -> float:
+    """How far apart the caches may be inside one healthy draft/verify cycle.
 
-    While drafting, the drafter runs ahead of the target by at most one draft batch (its most common
-    batch size, the draft block); after verification they are level again.
+    Mirror (DFlash, EAGLE3, unnamed): one draft block. While drafting, the drafter runs ahead of the target
+    by at most one draft batch (its most common batch size, the draft block); after verification they are
+    level again. Own cache (draft-simple): the draft size, the most tokens a verification checked less one
+    (chain drafting decodes one token per batch, but runs that many ahead).
     """
-    b = result.batches  # type: ignore[attr-defined]
+    b = result.batches
+    if keeping(result.meta) == OWN:
+        ev = result.events
+        drafted = [int(json.loads(text).get("drafted", 0)) for text in ev.loc[ev["kind"] == "accepted", "detail"]]
+        if drafted and max(drafted) > 0:  # the server's `accepted N/M draft tokens`: M is the draft
+            return float(max(drafted))
+        t = b[b["context"] == "target"]
+        span = pd.Series(floats(t["pos_max"]) - floats(t["pos_min"]))
+        span = span[(floats(t["n_outputs"]) >= 2) & span.notna().to_numpy()]
+        return float(max(1.0, span.mode().max())) if len(span) else 1.0
     sizes = pd.to_numeric(b.loc[b["context"] == "drafter", "n_tokens"], errors="coerce").dropna()
     return float(sizes.mode().max()) if len(sizes) else 1.0
+
+
+def _batch_ends(result: ParseResult, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
+    """The last position each decoded batch of a context wrote (columns line, x, pos, source)."""
+    b = result.batches
+    b = b[(b["context"] == context) & _seq_mask(b, seq_id) & b["ok"].astype(bool)]
+    out = pd.DataFrame({"line": b["line"].to_numpy(np.int64), "pos": floats(b["pos_max"]), "source": "batch"})
+    out["x"] = axis.of(out["line"], b["t"])
+    return out[["line", "x", "pos", "source"]]
+
+
+def apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
+    """Drafter minus target where it means something for this log's speculative type (`delta`'s columns).
+
+    Mirror: at every observation of either side. Own cache (draft-simple): where the drafter decodes, from
+    the positions each side's batches reached; between its drafts the drafter's cache is its own business
+    (after a new request it keeps the old one until its next draft trims it). No drafter (n-gram): empty.
+    """
+    if keeping(result.meta) != OWN:
+        target = stored_positions(result, "target", seq_id, axis)
+        return delta(target, stored_positions(result, "drafter", seq_id, axis))
+    drafter = _batch_ends(result, "drafter", seq_id, axis)
+    d = delta(_batch_ends(result, "target", seq_id, axis), drafter)
+    return d[d["line"].isin(drafter["line"])].reset_index(drop=True)
+
+
+def apart_stretches(result: ParseResult, d: pd.DataFrame, tolerance: float) -> list[Stretch]:
+    """The stretches where the two sides are apart: a drafter with its own cache may trail (it catches up
+    through its own batch), so only running ahead past the draft size counts for it."""
+    return stretches(d, tolerance, ahead_only=keeping(result.meta) == OWN)
 
 
 @dataclass(slots=True)
@@ -211,10 +260,10 @@ class Divergence:
 
 
 def first_divergence(
-    result: object, seq_id: int | None, axis: XAxis, tolerance: float | None = None
+    result: ParseResult, seq_id: int | None, axis: XAxis, tolerance: float | None = None
 ) -> Divergence | None:
     """The first position error with both X and Y, else the start of the first divergence stretch."""
-    err = result.errors  # type: ignore[attr-defined]
+    err = result.errors
     err = err[_seq_mask(err, seq_id) & err["last_pos"].notna() & err["batch_start"].notna()]
     candidates: list[Divergence] = []
     if len(err):
@@ -230,12 +279,15 @@ def first_divergence(
             seq_id=None if pd.isna(row["seq_id"]) else int(row["seq_id"]),
         ))  # fmt: skip
     tol = default_tolerance(result) if tolerance is None else tolerance
-    d = delta(stored_positions(result, "target", seq_id, axis), stored_positions(result, "drafter", seq_id, axis))
-    runs = stretches(d, tol)
-    if runs:
-        first = d[d["line"] == runs[0].start_line].iloc[0]
-        candidates.append(Divergence(
-            int(first["line"]), float(first["x"]), float(first["target"]), float(first["drafter"]),
-            float(first["delta"]), "positions", seq_id,
-        ))  # fmt: skip
+    # without a chosen sequence, each one on its own: slots' positions are not comparable with each other
+    seqs: list[int | None] = [seq_id] if seq_id is not None else [*sequences(result)] or [None]
+    for seq in seqs:
+        d = apart(result, seq, axis)
+        runs = apart_stretches(result, d, tol)
+        if runs:
+            first = d[d["line"] == runs[0].start_line].iloc[0]
+            candidates.append(Divergence(
+                int(first["line"]), float(first["x"]), float(first["target"]), float(first["drafter"]),
+                float(first["delta"]), "positions", seq,
+            ))  # fmt: skip
     return min(candidates, key=lambda c: c.line) if candidates else None
