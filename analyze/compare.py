@@ -8,10 +8,13 @@ Verdicts: `fixed` (A fails, B does not), `regressed` (A does not, B does), `stil
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyze.cycles import cycle_stats
 from analyze.signatures import match_signature
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 VERDICTS = ("fixed", "regressed", "still_failing", "unchanged")
 # Exit status per verdict: 0 when B is healthy and nothing got worse, 1 when B still fails or got worse.
@@ -53,13 +56,13 @@ class Comparison:
         return {"a": asdict(self.a), "b": asdict(self.b), "verdict": self.verdict, "changes": self.changes}
 
 
-def _last_max(result: Any, context: str) -> int | None:
+def _last_max(result: ParseResult, context: str) -> int | None:
     kv = result.kv
     rows = kv[kv["context"] == context]
     return int(rows["pos_max"].iloc[-1]) if len(rows) else None
 
 
-def side(result: Any, source: str) -> Side:
+def side(result: ParseResult, source: str) -> Side:
     v = result.verdict
     c = cycle_stats(result)
     acc = v.acceptance or {}
@@ -102,7 +105,7 @@ def _changes(a: Side, b: Side) -> list[str]:
     return out
 
 
-def compare(a: Any, b: Any, names: tuple[str, str] = ("A", "B")) -> Comparison:
+def compare(a: ParseResult, b: ParseResult, names: tuple[str, str] = ("A", "B")) -> Comparison:
     sa, sb = side(a, names[0]), side(b, names[1])
     return Comparison(sa, sb, _verdict(sa, sb), _changes(sa, sb))
 

@@ -64,19 +64,19 @@ class Event:
 
 @dataclass(slots=True)
 class BatchColumns:
-    batch: array = field(default_factory=lambda: array("q"))
-    line: array = field(default_factory=lambda: array("q"))
-    t: array = field(default_factory=lambda: array("d"))
-    seq_id: array = field(default_factory=lambda: array("q"))
-    n_tokens: array = field(default_factory=lambda: array("q"))
-    pos_min: array = field(default_factory=lambda: array("q"))
-    pos_max: array = field(default_factory=lambda: array("q"))
-    n_outputs: array = field(default_factory=lambda: array("q"))
-    embd: array = field(default_factory=lambda: array("b"))
-    ok: array = field(default_factory=lambda: array("b"))
-    sig: array = field(default_factory=lambda: array("q"))  # which find_slot cache sizes followed it
-    hint: array = field(default_factory=lambda: array("b"))  # context named by a caller or slot line
-    buf: array = field(default_factory=lambda: array("q"))  # the caller's batch buffer (its `pos` pointer)
+    batch: array[int] = field(default_factory=lambda: array("q"))
+    line: array[int] = field(default_factory=lambda: array("q"))
+    t: array[float] = field(default_factory=lambda: array("d"))
+    seq_id: array[int] = field(default_factory=lambda: array("q"))
+    n_tokens: array[int] = field(default_factory=lambda: array("q"))
+    pos_min: array[int] = field(default_factory=lambda: array("q"))
+    pos_max: array[int] = field(default_factory=lambda: array("q"))
+    n_outputs: array[int] = field(default_factory=lambda: array("q"))
+    embd: array[int] = field(default_factory=lambda: array("b"))
+    ok: array[int] = field(default_factory=lambda: array("b"))
+    sig: array[int] = field(default_factory=lambda: array("q"))  # which find_slot cache sizes followed it
+    hint: array[int] = field(default_factory=lambda: array("b"))  # context named by a caller or slot line
+    buf: array[int] = field(default_factory=lambda: array("q"))  # the caller's batch buffer (its `pos` pointer)
 
     def __len__(self) -> int:
         return len(self.line)
@@ -84,13 +84,13 @@ class BatchColumns:
 
 @dataclass(slots=True)
 class KvColumns:
-    line: array = field(default_factory=lambda: array("q"))
-    t: array = field(default_factory=lambda: array("d"))
-    cache_size: array = field(default_factory=lambda: array("q"))
-    stream: array = field(default_factory=lambda: array("q"))
-    seq_id: array = field(default_factory=lambda: array("q"))
-    pos_min: array = field(default_factory=lambda: array("q"))
-    pos_max: array = field(default_factory=lambda: array("q"))
+    line: array[int] = field(default_factory=lambda: array("q"))
+    t: array[float] = field(default_factory=lambda: array("d"))
+    cache_size: array[int] = field(default_factory=lambda: array("q"))
+    stream: array[int] = field(default_factory=lambda: array("q"))
+    seq_id: array[int] = field(default_factory=lambda: array("q"))
+    pos_min: array[int] = field(default_factory=lambda: array("q"))
+    pos_max: array[int] = field(default_factory=lambda: array("q"))
 
     def __len__(self) -> int:
         return len(self.line)

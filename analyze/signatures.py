@@ -15,13 +15,17 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
 from analyze.records import opt_int
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
+    from analyze.verdict import Verdict
 
 DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -79,7 +83,7 @@ def _flag(flags: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def env_of(result: Any) -> Env:
+def env_of(result: ParseResult) -> Env:
     meta = result.meta or {}
     flags = meta.get("flags") or {}
     versions = meta.get("versions") or []
@@ -170,7 +174,7 @@ class SignatureMatch:
 
 # ---- helpers over the tables -------------------------------------------------------------------------
 
-def _positions(result: Any) -> pd.DataFrame:
+def _positions(result: ParseResult) -> pd.DataFrame:
     e = result.errors
     return e[e["kind"] == "inconsistent_positions"]
 
@@ -195,7 +199,7 @@ def _complete(pos: pd.DataFrame) -> pd.DataFrame:
     return pos[pos["last_pos"].notna() & pos["batch_start"].notna()]
 
 
-def _slots(result: Any) -> list[tuple[int, int]]:
+def _slots(result: ParseResult) -> list[tuple[int, int]]:
     """(line, slot id) of every server slot line the reader kept (events detail `slot`)."""
     out = []
     for line, text in zip(result.events["line"], result.events["detail"], strict=True):
@@ -207,7 +211,7 @@ def _slots(result: Any) -> list[tuple[int, int]]:
 
 # ---- rules --------------------------------------------------------------------------------------------
 
-def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
+def rule_stale_drafter(result: ParseResult, _c: CycleStats) -> Match | None:
     pos = _positions(result)
     if not stale_drafter(pos):
         return None
@@ -225,7 +229,7 @@ def rule_stale_drafter(result: Any, _c: CycleStats) -> Match | None:
         key=str(first["variant"]))
 
 
-def rule_mrope(result: Any, _c: CycleStats) -> Match | None:
+def rule_mrope(result: ParseResult, _c: CycleStats) -> Match | None:
     pos = _positions(result)
     m = pos[pos["variant"].isin(["mrope_lt", "mrope_le"])]
     if m.empty:
@@ -241,7 +245,7 @@ def rule_mrope(result: Any, _c: CycleStats) -> Match | None:
         {"op": op, "x": x, "y": y, "n": len(m), "component": str(row["component"])}, key=str(row["variant"]))
 
 
-def rule_not_rolled_back(result: Any, _c: CycleStats) -> Match | None:
+def rule_not_rolled_back(result: ParseResult, _c: CycleStats) -> Match | None:
     d = _complete(_positions(result))
     d = d[(d["component"] == "drafter") & (d["last_pos"] >= d["batch_start"])]
     if d.empty:
@@ -254,7 +258,7 @@ def rule_not_rolled_back(result: Any, _c: CycleStats) -> Match | None:
         tuple(_xy_lines(row)), {"x": x, "y": y, "n": len(d)}, key=str(row["variant"]))
 
 
-def rule_parallel_slot(result: Any, _c: CycleStats) -> Match | None:
+def rule_parallel_slot(result: ParseResult, _c: CycleStats) -> Match | None:
     err = result.errors
     failing = err[err["seq_id"].notna() & err["kind"].isin(["inconsistent_positions", "decode_failed"])]
     slots = _slots(result)
@@ -286,7 +290,7 @@ def _slot_lines(row: pd.Series) -> list[tuple[int, str]]:
 NOT_CONTINUOUS = ("not_continuous", "decreasing", "diverged", "incompatible_sets", "coupled_split")
 
 
-def rule_not_continuous(result: Any, _c: CycleStats) -> Match | None:
+def rule_not_continuous(result: ParseResult, _c: CycleStats) -> Match | None:
     err = result.errors
     rows = err[err["variant"].isin(NOT_CONTINUOUS)]
     if rows.empty:
@@ -297,7 +301,7 @@ def rule_not_continuous(result: Any, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
 
 
-def rule_spec_assert(result: Any, _c: CycleStats) -> Match | None:
+def rule_spec_assert(result: ParseResult, _c: CycleStats) -> Match | None:
     err = result.errors
     rows = err[err["kind"] == "assert"]
     if rows.empty:
@@ -311,7 +315,7 @@ def rule_spec_assert(result: Any, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
 
 
-def rule_kv_full(result: Any, _c: CycleStats) -> Match | None:
+def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
     err = result.errors
     rows = err[err["kind"] == "kv_slot"]
     if rows.empty:
@@ -326,7 +330,7 @@ def rule_kv_full(result: Any, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "context_shifts": len(shifts)}, key=str(row["variant"]))
 
 
-def rule_healthy(result: Any, c: CycleStats) -> Match | None:
+def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     v = result.verdict
     if len(result.errors) or (v.kind != "draft_stats_only" and not (c.n_cycles and c.drafter_in_step)):
         return None
@@ -347,7 +351,7 @@ def rule_healthy(result: Any, c: CycleStats) -> Match | None:
                   "accepted_per_position": c.accepted_per_position}, key="")
 
 
-def plain_summary(verdict: Any) -> str:
+def plain_summary(verdict: Verdict) -> str:
     """The verdict's summary where it is the tool's own words; an abort's summary quotes the log (its
     assert line), so that one is restated without the quote."""
     if verdict.kind != "other" or not verdict.n_errors:
@@ -356,7 +360,7 @@ def plain_summary(verdict: Any) -> str:
     return f"llama.cpp aborted{side}; the evidence lines show where."
 
 
-def rule_fallback(result: Any, _c: CycleStats) -> Match | None:
+def rule_fallback(result: ParseResult, _c: CycleStats) -> Match | None:
     v = result.verdict
     return Match(plain_summary(v), tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:6]),
                  {"kind": v.kind}, key=v.kind)
@@ -481,7 +485,7 @@ BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
 ORDER: dict[str, int] = {s.name: i for i, s in enumerate(SIGNATURES)}
 
 
-def match_signature(result: Any) -> SignatureMatch:
+def match_signature(result: ParseResult) -> SignatureMatch:
     """The most specific signature whose rule matches (the catalogue is ordered; the last always matches)."""
     env = env_of(result)
     cycles = cycle_stats(result)

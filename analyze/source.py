@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from analyze.normalize import clean_chunk, decode
 
@@ -53,12 +53,12 @@ def open_source(source: Source, name: str | None = None) -> Opened:
         raw: BinaryIO = io.BytesIO(bytes(source))
         return _maybe_gzip(Opened(raw, name or "<bytes>", len(source), raw))
     if hasattr(source, "read"):
-        stream = source  # type: ignore[assignment]
-        return _maybe_gzip(Opened(stream, name or getattr(stream, "name", "<stream>"), None, stream))
+        stream = cast(BinaryIO, source)
+        return _maybe_gzip(Opened(stream, name or str(getattr(stream, "name", "<stream>")), None, stream))
     if str(source) == "-":
         stdin = sys.stdin.buffer
         return _maybe_gzip(Opened(stdin, name or "<stdin>", None, stdin))
-    path = resolve_path(source)  # type: ignore[arg-type]
+    path = resolve_path(source)
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed by the caller through Opened.stream
     except OSError as exc:
@@ -69,10 +69,10 @@ def open_source(source: Source, name: str | None = None) -> Opened:
 def _maybe_gzip(opened: Opened) -> Opened:
     """Decompress when the bytes say gzip (not the file name: pastes get renamed)."""
     stream = opened.stream
-    if not hasattr(stream, "peek"):
-        stream = io.BufferedReader(stream)  # type: ignore[arg-type]
-    head = stream.peek(2)[:2]  # type: ignore[attr-defined]
-    opened.stream = GzipReader(stream, opened) if head == b"\x1f\x8b" else stream  # type: ignore[assignment]
+    if not hasattr(stream, "peek"):  # anything with peek will do (BufferedReader, GzipFile, ...)
+        stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, stream)))
+    head = cast(io.BufferedReader, stream).peek(2)[:2]
+    opened.stream = cast(BinaryIO, GzipReader(stream, opened)) if head == b"\x1f\x8b" else stream
     return opened
 
 

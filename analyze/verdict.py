@@ -122,7 +122,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
     acc = acceptance(events)
     n_resets = int((events.kind == "reset").sum() + (events.kind == "kv_drop").sum())
     pos = errors[errors.kind == "inconsistent_positions"]
-    base = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
+    base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source}
     if not pos.empty:
         complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]

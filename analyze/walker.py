@@ -320,8 +320,9 @@ class Walker:
             f.add_line(no, line)
             return True
         seq = int(m["seq"])
-        if kind == "header" or not live or (kind == "x" and (f.last_pos is not None or f.batch_start is not None)) or (
-            kind == "y" and f.batch_start is not None) or (f is not None and f.seq_id is not None and f.seq_id != seq):
+        if kind == "header" or not live or f is None or (
+                kind == "x" and (f.last_pos is not None or f.batch_start is not None)) or (
+                kind == "y" and f.batch_start is not None) or (f.seq_id is not None and f.seq_id != seq):
             f = self._open_failure(no, line, "inconsistent_positions", 0)
             f.has_block = True
             f.variant = "unclosed"
@@ -447,7 +448,7 @@ class Walker:
         elif kind == "placement":
             meta["placement"] = {k: int(v) for k, v in g.items()}
         elif kind in ("context", "kv_cache"):
-            size = int(g.get("n_ctx") or g.get("cells"))
+            size = int(g.get("n_ctx") or g["cells"])  # each pattern has one of the two
             meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": meta.get("_draft_seen", False)})
         elif kind == "draft_marker":
             meta["_draft_seen"] = True

@@ -141,7 +141,8 @@ def _weights(params: ModelParams, n_vocab: int, seed: int) -> dict[str, np.ndarr
     e, ff = params.n_embd, params.n_ff
 
     def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+        m: np.ndarray = (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+        return m
 
     w: dict[str, np.ndarray] = {
         "token_embd.weight": rng.standard_normal((n_vocab, e)).astype(np.float32),
@@ -269,7 +270,8 @@ def _upstream_drafter_weights(kind: str, params: ModelParams, seed: int) -> dict
     e, ff, hd = params.n_embd, params.n_ff, params.n_embd // params.n_head
 
     def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+        m: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+        return m
 
     def ones(n: int) -> np.ndarray:
         return np.ones(n, dtype=np.float32)

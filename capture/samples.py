@@ -15,6 +15,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -36,7 +37,8 @@ class Sample:
 def samples() -> list[Sample]:
     # Small on purpose (a few hundred KB in all); n_threads=1 keeps the arithmetic, hence every
     # greedy choice, identical from run to run.
-    common = {"seed": SEED, "requests": 3, "cycles": 4, "draft": 3, "n_threads": 1, "prompt_words": (6, 14)}
+    common: dict[str, Any] = {"seed": SEED, "requests": 3, "cycles": 4, "draft": 3, "n_threads": 1,
+                              "prompt_words": (6, 14)}
     return [
         Sample("healthy", EngineConfig(fault="none", **common), "correct drafter bookkeeping, new log scheme"),
         Sample(

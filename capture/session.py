@@ -75,7 +75,8 @@ class Session:
 
     def read_manifest(self) -> dict[str, Any]:
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            return manifest
         except (OSError, ValueError):
             return {}
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 FORMATS = ("parquet", "csv")
 
 
-def zip_tables(result: Any, fmt: str = "parquet") -> bytes:
+def zip_tables(result: ParseResult, fmt: str = "parquet") -> bytes:
     """batches, kv, errors, events and meta as `<name>.<fmt>`, plus verdict.json, in one zip."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")

@@ -37,7 +37,8 @@ def minmax_indices(
     if n_full * size < n:
         picks.append(_bucket_extremes(y[n_full * size :].reshape(1, -1), n_full * size))
     idx = np.unique(np.concatenate(picks))
-    return idx[~np.isnan(y[idx]) | np.isin(idx, extra)]
+    kept: np.ndarray = idx[~np.isnan(y[idx]) | np.isin(idx, extra)]
+    return kept
 
 
 def _bucket_extremes(block: np.ndarray, offset: int) -> np.ndarray:

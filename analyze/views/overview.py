@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from analyze.views.positions import Divergence, choose_axis, first_divergence
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 RESET_KINDS = ("reset",)
 
@@ -49,7 +52,7 @@ def details(events: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def overview(result: Any) -> Overview:
+def overview(result: ParseResult) -> Overview:
     b = result.batches
     ctx = b["context"].value_counts() if len(b) else pd.Series(dtype="int64")
     verdict = result.verdict

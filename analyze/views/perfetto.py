@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from analyze.views.positions import choose_axis, sequences, stored_positions
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 PID = 1
 TIDS = {"target": 1, "drafter": 2, "unknown": 3}
@@ -34,7 +37,7 @@ def _opt(v: Any) -> Any:
     return int(v) if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v.is_integer()) else v
 
 
-def trace(result: Any) -> dict[str, Any]:
+def trace(result: ParseResult) -> dict[str, Any]:
     axis = choose_axis(result)
     title = f"kvtrace {Path(result.source or 'log').name}"
     events: list[dict[str, Any]] = [{"ph": "M", "pid": PID, "name": "process_name", "args": {"name": title}}]
@@ -76,7 +79,7 @@ def trace(result: Any) -> dict[str, Any]:
             "otherData": {"tool": "kvtrace", "clock": axis.kind, "verdict": result.verdict.kind}}
 
 
-def write_trace(result: Any, out: Path) -> int:
+def write_trace(result: ParseResult, out: Path) -> int:
     """Write the trace; returns the number of trace events."""
     data = trace(result)
     Path(out).write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,10 @@ import pandas as pd
 from analyze.signatures import SignatureMatch, match_signature, plain_summary
 from analyze.views.overview import Overview, overview
 from analyze.views.positions import XAxis, stored_positions
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
+    from analyze.verdict import Verdict
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
@@ -147,7 +151,7 @@ Block = Prose | Code | Table | Bullets
 TABLE_BEFORE, TABLE_ROWS = 4, 12
 
 
-def position_rows(result: Any, seq_id: int | None, around: int | None) -> list[dict[str, Any]]:
+def position_rows(result: ParseResult, seq_id: int | None, around: int | None) -> list[dict[str, Any]]:
     """Target and drafter stored max (kv table, else batch spans; X of a refused batch) line by line, with
     the refused batch's Y, in a window of TABLE_ROWS rows around line `around` (the first divergence)."""
     axis = XAxis("line", "log line")
@@ -193,7 +197,7 @@ def _position_table(rows: list[dict[str, Any]]) -> Table:
                   for r in rows])
 
 
-def _evidence_lines(verdict: Any, sig: SignatureMatch) -> list[str]:
+def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
     by_line: dict[int, str] = {}
     for e in list(verdict.evidence or []):
         by_line.setdefault(int(e.get("line", 0)), str(e.get("text", "")))
@@ -209,7 +213,7 @@ def _evidence_lines(verdict: Any, sig: SignatureMatch) -> list[str]:
 _SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug"})
 
 
-def report_blocks(result: Any, *, name: str | None = None) -> list[Block]:
+def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block]:
     """The triage report for one ParseResult, as blocks (see markdown_report / html_report)."""
     verdict = result.verdict
     ov: Overview = overview(result)
@@ -279,7 +283,7 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(result: Any, *, name: str | None = None) -> str:
+def markdown_report(result: ParseResult, *, name: str | None = None) -> str:
     """The triage report for one ParseResult, as GitHub-flavoured Markdown."""
     parts = []
     for b in report_blocks(result, name=name):
@@ -314,7 +318,7 @@ _CSS = ("body{font:14px/1.5 system-ui,sans-serif;max-width:60em;margin:2em auto;
         "td,th{border:1px solid #d0d7de;padding:.2em .6em;text-align:left}")
 
 
-def html_report(result: Any, *, name: str | None = None) -> str:
+def html_report(result: ParseResult, *, name: str | None = None) -> str:
     """The same report as a standalone HTML page; log text is html.escape'd inside <pre>, never markup."""
     blocks = report_blocks(result, name=name)
     body = []

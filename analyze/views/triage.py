@@ -78,7 +78,9 @@ def triage_rows(sources: Iterable[str], jobs: int = 1, progress: bool = False) -
         from tqdm import tqdm
 
         def bar(it: Iterable[TriageRow]) -> Iterable[TriageRow]:
-            return tqdm(it, total=len(sources), unit="log", desc="triage", file=sys.stderr, leave=False)
+            wrapped: Iterable[TriageRow] = tqdm(it, total=len(sources), unit="log", desc="triage", file=sys.stderr,
+                                                leave=False)
+            return wrapped
 
     if jobs <= 1 or len(sources) <= 1:
         return list(bar(map(triage_row, sources)))
