@@ -15,7 +15,7 @@ import pandas as pd
 NA = -(2**63)  # a missing integer inside an array('q')
 
 # severity of a failure kind: a failure keeps the most serious kind any of its lines showed
-SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "assert": 1, "error": 1}
+SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "load": 1, "assert": 1, "error": 1}
 
 MAX_EVIDENCE = 12
 KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)

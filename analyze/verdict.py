@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.definitions import stale_drafter
+from analyze.definitions import resets, stale_drafter
 from analyze.records import opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -39,6 +39,7 @@ class Verdict:
     n_resets: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +64,7 @@ def acceptance(events: pd.DataFrame) -> dict[str, Any]:
                 gen += int(detail["gen_tokens"])
                 seen = True
             elif detail.get("pattern") in ("cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
-                                           "json_draft_accepted"):
+                                           "json_draft_accepted", "adaptive_depth"):
                 acc += int(detail.get("accepted", 0))
                 gen += int(detail.get("generated", 0) or detail.get("produced", 0))
                 seen = True
@@ -92,6 +93,20 @@ def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any
     return out
 
 
+def _add_line(evidence: list[dict[str, Any]], line: int | None, errors: pd.DataFrame) -> None:
+    """Make sure the line that decided the side is among the evidence lines (with its text)."""
+    if line is None or any(e["line"] == line for e in evidence):
+        return
+    for text in errors["lines"]:
+        for n, t in json.loads(text):
+            if int(n) == line:
+                evidence.append({"line": line, "text": t.strip()})
+                return
+    hit = errors[errors["evidence_line"] == line]
+    if len(hit):
+        evidence.append({"line": line, "text": str(hit.iloc[0]["evidence"]).strip()})
+
+
 def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     comp = first["component"]
     x, y = opt_int(first["last_pos"]), opt_int(first["batch_start"])
@@ -117,10 +132,24 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     return text
 
 
+def failing_side(row: pd.Series, comp: str, speculative: bool) -> tuple[str, int | None]:
+    """The side of a failure and the line that decided it.
+
+    A side named by the failure's own lines (a caller, a hint, a backtrace frame) is kept with its line. A
+    log with no speculative decoding at all (no draft model, no spec/draft/MTP lines or flags) has one
+    context, so its failure is the target's, decided by the failing line itself. Anything else stays
+    `unknown`: a side is never guessed."""
+    if comp != "unknown":
+        return comp, opt_int(row["evidence_line"]) or opt_int(row["line"])
+    if not speculative:
+        return "target", opt_int(row["line"])
+    return "unknown", None
+
+
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
            source: str = "") -> Verdict:
     acc = acceptance(events)
-    n_resets = int((events.kind == "reset").sum() + (events.kind == "kv_drop").sum())
+    n_resets = len(resets(events))
     pos = errors[errors.kind == "inconsistent_positions"]
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source}
@@ -130,22 +159,28 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         with_x = pos[pos.last_pos.notna()]
         x_row = first if opt_int(first["last_pos"]) is not None or with_x.empty else with_x.iloc[0]
         comp = str(first["component"])
+        side_row = first
         if comp == "unknown":
             known = pos[pos.component != "unknown"].component
             comp = str(known.mode().iloc[0]) if not known.empty else "unknown"
+            if comp != "unknown":
+                side_row = pos[pos.component == comp].iloc[0]
+        comp, comp_line = failing_side(side_row, comp, bool(meta.get("speculative")))
         first = first.copy()
         first["component"] = comp
         first["last_pos"] = x_row["last_pos"]
         seq = opt_int(first["seq_id"])
+        evidence = _evidence(errors, first)
+        _add_line(evidence, comp_line, errors)
         return Verdict("inconsistent_positions", comp, seq, opt_int(x_row["last_pos"]),
                        opt_int(first["batch_start"]) if not complete.empty else None, len(pos),
-                       _position_summary(pos, first), _evidence(errors, first), **base)
-    for kind in ("decode_failed", "kv_slot", "assert", "error"):
+                       _position_summary(pos, first), evidence, component_evidence=comp_line, **base)
+    for kind in ("decode_failed", "kv_slot", "load", "assert", "error"):
         rows = errors[errors.kind == kind]
         if rows.empty:
             continue
         first = rows.iloc[0]
-        comp = str(first["component"])
+        comp, comp_line = failing_side(first, str(first["component"]), bool(meta.get("speculative")))
         side = f"the {comp}" if comp != "unknown" else "a"
         ret = opt_int(first["ret"])
         if kind == "decode_failed":
@@ -157,14 +192,20 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
                        f"{', ret = ' + str(ret) if ret is not None else ''}): raise the context size or lower "
                        "--parallel / the batch size.")
             verdict_kind = "kv_slot"
+        elif kind == "load":
+            summary = (f"The {comp} context failed to load or initialise ({first['variant']}); the server stopped "
+                       "before serving.")
+            verdict_kind = "other"
         else:
             lines = json.loads(first["lines"])
             what = lines[0][1].strip()[:200] if lines else str(first["evidence"] or first["variant"])
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
-        return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary,
-                       _evidence(errors, first), **base)
+        evidence = _evidence(errors, first)
+        _add_line(evidence, comp_line, errors)
+        return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary, evidence,
+                       component_evidence=comp_line, **base)
     if acc or (events.kind == "draft_stats").any():
         rate = acc.get("rate")
         summary = (f"A healthy speculative run: {acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens "

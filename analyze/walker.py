@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any
 
+from analyze.attribution import frame_side
 from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
@@ -77,6 +78,7 @@ class Walker:
         self._kv_size = NA
         self._failure: Failure | None = None
         self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
+        self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
 
     # ------------------------------------------------------------------ the hot loop
     def feed(self, lines: list[str]) -> None:
@@ -172,6 +174,8 @@ class Walker:
         elif fam == "follow":
             self._follow(p, m, no, line)
         elif fam == "event" or fam == "hint":
+            if self._failure is not None:
+                self._close_failure()  # before the event replaces the hint the open failure may still need
             self._event(p, m, no, line)
         elif fam == "meta":
             self._meta(p, m, line)
@@ -362,8 +366,9 @@ class Walker:
         f = self._failure
         if f is None or no - f.last_line > FAILURE_GAP:
             return
-        if p.component != "unknown" and f.component == "unknown":
-            f.component, f.evidence, f.evidence_line = p.component, message(line), no
+        side = frame_side(m["fn"]) if p.name == "frame" else p.component
+        if side != "unknown" and f.component == "unknown":
+            f.component, f.evidence, f.evidence_line = side, message(line), no
         f.add_line(no, line)
 
     def _close_failure(self) -> None:
@@ -375,6 +380,9 @@ class Walker:
             h_line, h_comp, h_text = self._hint
             if 0 < f.line - h_line <= HINT_GAP:
                 f.component, f.evidence, f.evidence_line = h_comp, message(h_text), h_line
+        # a failure that names no sequence takes the one a warning named just before it (find_slot)
+        if f.seq_id is None and self._seq_hint is not None and 0 <= f.line - self._seq_hint[0] <= HINT_GAP:
+            f.seq_id = self._seq_hint[1]
         if f.batch is not None and f.component != "unknown":
             code = CONTEXT_CODES[f.component]
             for r in range(len(self.batches) - 1, -1, -1):
@@ -395,7 +403,9 @@ class Walker:
                 if b.hint[r] == 0:
                     b.hint[r] = CONTEXT_CODES["drafter"]
             return
-        if p.family == "hint" and p.kind == "decode":
+        if p.kind == "kv_warning":
+            self._seq_hint = (no, int(g["seq"]))
+        if p.family == "hint" and p.kind in ("decode", "draft_start", "draft_init"):
             return
         if p.kind == "new_prompt":
             self._requests += 1
