@@ -355,3 +355,26 @@ def ensure_upstream_drafter(kind: str, cache_dir: Path | None = None, seed: int 
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def gguf_meta(path: Path) -> dict[str, object]:
+    """The scalar and small-array metadata of a GGUF file (strings decoded), without loading its tensors."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: cannot read its GGUF metadata ({e})") from None
+    out: dict[str, object] = {}
+    for name, field in reader.fields.items():
+        if not field.data or name.startswith("tokenizer.ggml.") and name != "tokenizer.ggml.mask_token_id":
+            continue  # the vocabulary's arrays are large and not needed here
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.STRING:
+            out[name] = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+        elif kind == gguf.GGUFValueType.ARRAY:
+            if len(field.types) > 1 and field.types[1] != gguf.GGUFValueType.STRING and len(field.data) <= 64:
+                out[name] = [field.parts[i].tolist()[0] for i in field.data]
+        else:
+            out[name] = field.parts[field.data[0]].tolist()[0]
+    return out

@@ -10,6 +10,9 @@ from capture.engine.lines import FLAVORS
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 DRAFTING = ("block", "chain")
+# llama.cpp's own --spec-type names. draft-dflash: a real `dflash` drafter fed the target's layer inputs;
+# draft-simple: a plain llama drafter (`drafting` picks its batch shape).
+SPEC_TYPES = ("draft-dflash", "draft-simple")
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
 class EngineError(RuntimeError):
     """The engine cannot run as asked; the message is one line for the user."""
@@ -18,6 +21,7 @@ class EngineError(RuntimeError):
 @dataclass(slots=True)
 class EngineConfig:
     fault: str = "none"
+    spec_type: str = "draft-dflash"
     requests: int = 3
     cycles: int = 32  # draft/verify cycles per request (a request also ends when its context is full)
     draft: int = 4  # k, tokens drafted per cycle
@@ -28,8 +32,8 @@ class EngineConfig:
     log_prefix: bool = True  # new-scheme `M.SS.mmm.uuu L ` prefix on every entry
     kv_debug: bool = True  # LLAMA_KV_CACHE_DEBUG=1 (off: measure context attribution without find_slot)
     flavor: str = "fork"  # wording of the server/speculative lines: fork, fork-v0.2, upstream
-    # block: DFlash, one drafter batch [id_last, mask x k] per cycle (the seed report's batch shape);
-    # chain: draft-simple, k one-token drafter decodes (higher, chained acceptance)
+    # draft-simple only. block: one plain-llama drafter batch [id_last, mask x k] per cycle (the seed
+    # report's batch shape, without DFlash's graph); chain: k one-token drafter decodes
     drafting: str = "block"
     prompt_words: tuple[int, int] = (24, 90)  # length range of the generated prompts, in words
     n_ctx_target: int = 8192
@@ -48,6 +52,8 @@ class EngineConfig:
             raise EngineError(f"unknown fault {self.fault!r} (choose from {', '.join(FAULTS)})")
         if self.flavor not in FLAVORS:
             raise EngineError(f"unknown flavour {self.flavor!r} (choose from {', '.join(FLAVORS)})")
+        if self.spec_type not in SPEC_TYPES:
+            raise EngineError(f"unknown spec type {self.spec_type!r} (choose from {', '.join(SPEC_TYPES)})")
         if self.drafting not in DRAFTING:
             raise EngineError(f"unknown drafting {self.drafting!r} (choose from {', '.join(DRAFTING)})")
         if self.split_mode not in SPLIT_MODES:

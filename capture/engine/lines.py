@@ -8,9 +8,14 @@ tells which context a batch belongs to; the reader has to infer that, as it must
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, WARN, LogWriter
+
+if TYPE_CHECKING:  # numpy stays out of `kvtrace --help`, which reads FLAVORS from here
+    import numpy as np
 
 FLAVORS = ("fork", "fork-v0.2", "upstream")
 
@@ -118,12 +123,60 @@ class ServerLines:
             DEBUG, self.slot_func, task, f"accepted {n_accepted}/{n_draft} draft tokens, new n_tokens = {n_tokens}"
         )
 
-    def draft_failed(self, ret: int) -> None:
-        """The drafter's batch was refused: fork flat `draft()` F-30, or upstream draft-dflash [draft]."""
+    def draft_failed(self, ret: int, process: bool = False) -> None:
+        """The drafter's batch was refused: fork flat `draft()` F-30, or upstream [draft] (draft-dflash calls
+        llama_process, older copies and draft-simple llama_decode)."""
         if self.flavor == "upstream":
-            self.w.emit(WARN, f"draft: llama_decode returned {ret}\n")
+            self.w.emit(WARN, f"draft: {'llama_process' if process else 'llama_decode'} returned {ret}\n")
         else:
             self.w.emit(ERROR, f"dflash: drafter decode failed with {ret}\n")
+
+    def inject_failed(self, ret: int, n_tokens: int) -> None:
+        """DFlash process(): the injection of the target's layer inputs into the drafter was refused."""
+        if self.flavor == "upstream":
+            self.w.emit(ERROR, f"process: llama_process(ctx_dft) failed rc={ret} (n_tokens={n_tokens}, offset=0)\n")
+        else:
+            self.w.emit(ERROR, f"dflash: drafter decode failed with {ret}\n")
+
+    def speculative_batch_failed(self) -> None:
+        """Upstream's server after a failed process(): it logs this and throws (the request ends)."""
+        self.w.emit(ERROR, srv_prefix("decode") + "failed to process speculative batch\n")
+
+    def dflash_added(self, n_max: int, block_size: int, mask: int, n_extract: int) -> None:
+        """The DFlash implementation's start-up lines (upstream's constructor; the fork's contract line)."""
+        if self.flavor == "upstream":
+            func = "common_speculative_impl_draft_dflash"
+            self.w.emit(INFO, f"{func}: adding speculative implementation 'draft-dflash'\n")
+            self.w.emit(INFO, f"{func}: - n_max={n_max}, n_min=0, p_min=0.00\n")
+            self.w.emit(
+                INFO,
+                f"{func}: - block_size={block_size}, mask_token_id={mask}, n_extract={n_extract}, "
+                "sample_from_anchor=false\n",
+            )
+        else:
+            self.w.emit(INFO, f"dflash: contract ok: block_size={block_size} mask_token={mask} n_extract={n_extract}\n")
+
+    def dflash_clamp(self, n_max: int, block_size: int) -> None:
+        self.w.emit(
+            WARN,
+            f"common_speculative_impl_draft_dflash: requested draft size (n_max={n_max}, n_min=0) exceeds the "
+            f"trained block size {block_size} -- clamping to {block_size - 1}\n",
+        )
+
+    def draft_candidates(self, logits: np.ndarray, pos: int, banned: np.ndarray, piece: Callable[[int], str]) -> None:
+        """draft()'s DBG lines for one drafted position: the top 3 of the backend's top-k 10, no prefix."""
+        import numpy as np
+
+        z = logits.astype(np.float64)  # a copy: the drafter's logits stay as llama.cpp left them
+        z[banned] = -np.inf
+        top = np.argsort(-z, kind="stable")[:10]
+        p = np.exp(z[top] - z[top[0]])
+        p /= p.sum()
+        for k in range(3):
+            tok = int(top[k])
+            self.w.emit(
+                DEBUG, f" - seq_id 0, draft candidate {k:3d}, pos {pos:3d}: {tok:6d} ({p[k]:8.3f}) '{piece(tok)}'\n"
+            )
 
     def commit_failed(self, ret: int, n_tokens: int) -> None:
         """Feeding accepted tokens to the drafter failed (upstream draft-dflash [process])."""

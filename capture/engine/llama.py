@@ -18,11 +18,29 @@ BATCH_DEBUG_ENV = "LLAMA_BATCH_DEBUG"
 KV_DEBUG_ENV = "LLAMA_KV_CACHE_DEBUG"
 SEQ = 0  # the one sequence a server slot uses
 
+# llama.cpp's staging API for hidden states (src/llama-ext.h) is exported by libllama.so but not declared
+# `extern "C"` and not bound by llama-cpp-python: reach it under its C++-mangled names.
+_LAYER_INP_SET = "_Z30llama_set_embeddings_layer_inpP13llama_contextjb"
+_LAYER_INP_GET = "_Z30llama_get_embeddings_layer_inpP13llama_contextj"
+
+
+def layer_input_api(llama: Any) -> tuple[Any, Any]:
+    """(set, get) for the target's layer-input extraction: set(ctx, il, on), get(ctx, il) -> float*."""
+    lib = llama.llama_cpp._lib
+    try:
+        set_fn, get_fn = getattr(lib, _LAYER_INP_SET), getattr(lib, _LAYER_INP_GET)
+    except AttributeError:
+        raise EngineError("this libllama has no layer-input extraction (llama-cpp-python 0.3.36 or newer)") from None
+    set_fn.argtypes, set_fn.restype = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool], None
+    get_fn.argtypes, get_fn.restype = [ctypes.c_void_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float)
+    return set_fn, get_fn
+
 
 class Context:
     """A model plus its context, memory handle and a reusable batch."""
 
-    def __init__(self, llama: Any, name: str, path: Path, n_ctx: int, config: EngineConfig) -> None:
+    def __init__(self, llama: Any, name: str, path: Path, n_ctx: int, config: EngineConfig,
+                 other: Context | None = None) -> None:
         self.L = llama
         self.name = name
         mp = llama.llama_model_default_params()
@@ -45,6 +63,8 @@ class Context:
         cp.n_threads = config.n_threads
         cp.n_threads_batch = config.n_threads
         cp.no_perf = False
+        if other is not None:  # a DFlash drafter has no embeddings or output head: it uses the target's
+            cp.ctx_other = other.ctx  # type: ignore[has-type]
         self.ctx = llama.llama_init_from_model(self.model, cp)
         if not self.ctx:
             llama.llama_model_free(self.model)
@@ -53,7 +73,42 @@ class Context:
         self.mem = llama.llama_get_memory(self.ctx)
         self.vocab = llama.llama_model_get_vocab(self.model)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = llama.llama_model_n_embd(self.model)
         self.batch = llama.llama_batch_init(config.n_batch, 0, 1)
+        self.ext: Any = None  # llama_batch_ext for llama_process (DFlash drafter), made on first use
+        self._pos = (ctypes.c_int32 * 4)()
+
+    def _ext(self) -> Any:
+        if self.ext is None:
+            self.ext = self.L.llama_batch_ext_init(self.ctx)
+        self.L.llama_batch_ext_clear(self.ext)
+        return self.ext
+
+    def _set_pos(self, ext: Any, idx: int, pos: int) -> None:
+        p = self._pos
+        p[0] = p[1] = p[2] = pos  # llama.cpp's 4-slot position (M-RoPE sections), as common_batch sets it
+        self.L.llama_batch_ext_set_pos(ext, idx, p)
+
+    def process_tokens(self, tokens: list[int], pos0: int) -> int:
+        """One llama_process(DECODE) of a token batch at pos0.., logits for every token."""
+        L, ext = self.L, self._ext()
+        for i, tok in enumerate(tokens):
+            idx = L.llama_batch_ext_add_token(ext, SEQ, tok)
+            self._set_pos(ext, idx, pos0 + i)
+            L.llama_batch_ext_set_output_logits(ext, idx, True)
+        return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, ext))
+
+    def process_embd(self, rows: np.ndarray, pos0: int) -> int:
+        """One llama_process(DECODE) of an embedding batch (one row per position, no outputs) at pos0.."""
+        L, ext = self.L, self._ext()
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        ptr = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        width = rows.shape[1]
+        for i in range(rows.shape[0]):
+            row = ctypes.cast(ctypes.addressof(ptr.contents) + 4 * width * i, ctypes.POINTER(ctypes.c_float))
+            idx = L.llama_batch_ext_add_embd(ext, SEQ, L.llama_embd(row, 1, width))
+            self._set_pos(ext, idx, pos0 + i)
+        return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, ext))
 
     def kv_range(self) -> tuple[int, int]:
         return self.L.llama_memory_seq_pos_min(self.mem, SEQ), self.L.llama_memory_seq_pos_max(self.mem, SEQ)
@@ -80,6 +135,8 @@ class Context:
         self.L.llama_memory_clear(self.mem, True)
 
     def close(self) -> None:
+        if self.ext is not None:
+            self.L.llama_batch_ext_free(self.ext)
         self.L.llama_batch_free(self.batch)
         self.L.llama_free(self.ctx)
         self.L.llama_model_free(self.model)

@@ -21,22 +21,25 @@ The truth about every `llama_decode` call comes from the API, not the log, and g
 
 from __future__ import annotations
 
+import ctypes
 import random
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from capture.engine.config import EngineConfig, EngineError
 from capture.engine.lines import RequestTimings, ServerLines, SpecStats
-from capture.engine.llama import SEQ, Context
+from capture.engine.llama import SEQ, Context, layer_input_api
 from capture.engine.llama_log import LogWriter
 from capture.engine.records import CycleRecord, DecodeRecord
-from capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair
+from capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair, gguf_meta
 
 # Request kinds after the first ("new"), in turn: what a server slot sees between requests.
 REQUEST_KINDS = ("continue", "clear", "partial")
+INJECT_FAILED = -1000  # _decode_prompt: the target's prompt went in, the drafter's injection of it did not
 
 
 class Slot:
@@ -73,9 +76,13 @@ class Engine:
         self.drafted = 0
         self.accepted = 0
         self.n_requests = 0
+        self.dflash = config.spec_type == "draft-dflash"
+        self.k = config.draft
         self.target = Context(llama_cpp, "target", models.target, config.n_ctx_target, config)
         try:
-            self.drafter = Context(llama_cpp, "drafter", models.drafter, config.n_ctx_drafter, config)
+            # A DFlash drafter reads the target's token embeddings and output head through ctx_other.
+            other = self.target if self.dflash else None
+            self.drafter = Context(llama_cpp, "drafter", models.drafter, config.n_ctx_drafter, config, other)
         except EngineError:
             self.target.close()
             raise
@@ -88,6 +95,27 @@ class Engine:
         self.banned = self._banned_tokens()
         self.mask = MASK_ID if models.generated else self._real_mask_token()
         self.drafter_in_sync = True  # false once the stale-drafter fault has left the drafter behind
+        self.layer_ids: list[int] = []
+        self.get_layer_inp: Any = None
+        if self.dflash:
+            self._start_dflash()
+
+    def _start_dflash(self) -> None:
+        """What common_speculative_impl_draft_dflash's constructor does: the drafter's <mask>, its block size,
+        extraction of the target's layer inputs, and non-causal attention in the drafter."""
+        L, meta = self.L, gguf_meta(self.models.drafter)
+        layers, block = meta["dflash.target_layers"], meta.get("dflash.block_size", 16)
+        assert isinstance(layers, list) and isinstance(block, int)  # engine_models checked the file
+        self.layer_ids, block_size = [int(i) for i in layers], block
+        self.mask = int(L.llama_vocab_mask(self.drafter.vocab))
+        if self.k > block_size - 1:
+            self.lines.dflash_clamp(self.k, block_size)
+            self.k = block_size - 1
+        set_layer_inp, self.get_layer_inp = layer_input_api(L)
+        for il in self.layer_ids:
+            set_layer_inp(self.target.ctx, il, True)
+        L.llama_set_causal_attn(self.drafter.ctx, False)
+        self.lines.dflash_added(self.k, block_size, self.mask, len(self.layer_ids))
 
     def close(self) -> None:
         self.drafter.close()
@@ -123,32 +151,72 @@ class Engine:
             raise EngineError("tokenizer overflow")
         return list(buf[:n])
 
-    def decode(self, ctx: Context, tokens: list[int], pos0: int, all_logits: bool) -> int:
+    def decode(self, ctx: Context, tokens: list[int], pos0: int, all_logits: bool, step: str) -> int:
         ctx.fill(tokens, pos0, all_logits)
         line = self.w.line
         ret = int(self.L.llama_decode(ctx.ctx, ctx.batch))
+        return self._record(ctx, line, len(tokens), pos0, ret, step)
+
+    def _record(self, ctx: Context, line: int, n: int, pos0: int, ret: int, step: str) -> int:
         t_min, t_max = self.target.kv_range()
         d_min, d_max = self.drafter.kv_range()
         self.decodes.append(
             DecodeRecord(
-                len(self.decodes), line, ctx.name, SEQ, len(tokens), pos0, pos0 + len(tokens) - 1, ret,
-                t_min, t_max, d_min, d_max,
+                len(self.decodes), line, ctx.name, SEQ, n, pos0, pos0 + n - 1, ret, t_min, t_max, d_min, d_max, step
             )
-        )  # fmt: skip
+        )
         self.w.flush()  # a crash later still leaves everything up to this decode on disk
         return ret
 
+    # -- DFlash: the drafter's two kinds of llama_process call ---------------------------------------
+    def _inject(self, n: int, pos0: int) -> int:
+        """process(): the target's layer inputs for the n tokens of its last batch go into the drafter's KV at
+        the same positions, as one embedding batch (DFlash's fused fc -> hidden_norm -> K/V graph)."""
+        rows = np.concatenate(
+            [np.ctypeslib.as_array(self.get_layer_inp(self.target.ctx, il), shape=(n, self.target.n_embd))
+             for il in self.layer_ids], axis=1,
+        )  # fmt: skip
+        line = self.w.line
+        ret = self.drafter.process_embd(rows, pos0)
+        self._record(self.drafter, line, n, pos0, ret, "inject")
+        if ret != 0:
+            self.lines.inject_failed(ret, n)
+        return ret
+
+    def _noise(self, n_past: int, id_last: int) -> tuple[list[int], int]:
+        """draft(): the noise block [id_last, <mask> x k] at n_past.., read greedily at positions 1..k."""
+        D, k = self.drafter, self.k
+        line = self.w.line
+        ret = D.process_tokens([id_last] + [self.mask] * k, n_past)
+        self._record(D, line, k + 1, n_past, ret, "noise")
+        if ret != 0:
+            return [], ret
+        drafts = []
+        for j in range(1, k + 1):
+            drafts.append(self._argmax(D, j))
+            self.lines.draft_candidates(D.logits(j), j - 1, self.banned, self._piece)
+        return drafts, 0
+
+    def _piece(self, token: int) -> str:
+        buf = ctypes.create_string_buffer(64)
+        n = self.L.llama_token_to_piece(self.target.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
     def _decode_prompt(self, ctx: Context, tokens: list[int], n_past: int, task: int, show: bool) -> int:
-        """Prompt tokens from n_past on, in n_batch chunks, logits for the last one only."""
+        """Prompt tokens from n_past on, in n_batch chunks, logits for the last one only. With DFlash each target
+        chunk is injected into the drafter right after it (the server calls process() on every batch)."""
         n_batch = self.cfg.n_batch
         for off in range(n_past, len(tokens), n_batch):
             chunk = tokens[off : off + n_batch]
             done = off + len(chunk) >= len(tokens)
             if show:
                 self.lines.prompt_progress(task, off + len(chunk), len(chunk), (off + len(chunk)) / len(tokens), done)
-            ret = self.decode(ctx, chunk, off, all_logits=False)
+            ret = self.decode(ctx, chunk, off, all_logits=False, step="prompt")
             if ret != 0:
                 return ret
+            feeds_drafter = self.dflash and ctx is self.target and self.drafter_in_sync
+            if feeds_drafter and self._inject(len(chunk), off) != 0 and self.lines.flavor == "upstream":
+                return INJECT_FAILED  # upstream's server throws: the request ends
         return 0
 
     # -- one request ------------------------------------------------------------------------------
@@ -197,11 +265,14 @@ class Engine:
         self.stats.n_begin += 1
         ret = self._decode_prompt(T, prompt, n_past, task, show=True)
         if ret != 0:
-            self.lines.target_failed(0, cfg.n_batch, ret)
+            if ret == INJECT_FAILED:
+                self.lines.speculative_batch_failed()
+            else:
+                self.lines.target_failed(0, cfg.n_batch, ret)
             slot.tokens, slot.n_past = [], 0
             return
         slot.id_last = self._argmax(T, -1)
-        if self.drafter_in_sync:
+        if self.drafter_in_sync and not self.dflash:
             # Stand-in for DFlash's prefill capture: the drafter's cache covers the prompt too.
             tb = time.perf_counter()
             dret = self._decode_prompt(D, prompt, n_past, task, show=False)
@@ -216,9 +287,10 @@ class Engine:
 
         t1 = time.perf_counter()
         for c in range(cfg.cycles):
-            if slot.n_past + cfg.draft + 2 > self.limit:
+            if slot.n_past + self.k + 2 > self.limit:
                 break  # the slot's context is full: the request ends here, like hitting n_predict
-            a, n_draft, ok = self._cycle(index, task, c, slot)
+            cycle = self._cycle_dflash if self.dflash else self._cycle
+            a, n_draft, ok = cycle(index, task, c, slot)
             on_cycle()
             if cfg.pace_s:
                 self.w.flush()  # what a live reader sees at once, as a server's unbuffered stderr
@@ -260,7 +332,7 @@ class Engine:
         self.stats.t_gen_ms += (time.perf_counter() - t0) * 1e3
 
         # Verify [id_last, d1..dk] in one target batch; with no draft this is a plain decode step.
-        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True)
+        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True, step="verify")
         if tret != 0:
             self.lines.target_failed(0, cfg.n_batch, tret)
             return 0, len(drafts), False
@@ -291,16 +363,78 @@ class Engine:
         self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, T.kv_range()[1], D.kv_range()[1]))
         return a, len(drafts), True
 
+    def _cycle_dflash(self, index: int, task: int, c: int, slot: Slot) -> tuple[int, int, bool]:
+        """One server-slot cycle with a real DFlash drafter. Returns (accepted, drafted, request goes on).
+
+        draft(): the noise block at n_past, then the server drops it (seq_rm(ctx_dft, n_past, -1)); the target
+        verifies [id_last, d1..dk] in one batch; process(): its layer inputs go into the drafter at the same
+        positions; then the rejected positions leave both caches (the slot's common_memory::seq_rm).
+        """
+        cfg, T, D = self.cfg, self.target, self.drafter
+        n_past, id_last = slot.n_past, slot.id_last
+        trim = cfg.fault != "no-rollback" and self.drafter_in_sync
+
+        t0 = time.perf_counter()
+        self.stats.n_gen_calls += 1
+        drafts, dret = self._noise(n_past, id_last)
+        if dret != 0:
+            self.lines.draft_failed(dret, process=True)
+        elif trim:
+            D.seq_rm(n_past)
+        if drafts:
+            self.stats.n_gen_drafts += 1
+            self.stats.n_gen_tokens += len(drafts)
+        self.stats.t_gen_ms += (time.perf_counter() - t0) * 1e3
+
+        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True, step="verify")
+        if tret != 0:
+            self.lines.target_failed(0, cfg.n_batch, tret)
+            return 0, len(drafts), False
+        a = 0
+        while a < len(drafts) and self._argmax(T, a) == drafts[a]:
+            a += 1
+        new_token = self._argmax(T, a)  # read before the drafter runs: the target's logits stay valid anyway
+        iret = self._inject(len(drafts) + 1, n_past)
+        if iret != 0 and self.lines.flavor == "upstream":
+            self.lines.speculative_batch_failed()
+            self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), 0, dret, *self._maxes()))
+            slot.tokens, slot.n_past = [], 0  # the request ends with an error; the slot starts afresh
+            return 0, len(drafts), False
+
+        if drafts:
+            t1 = time.perf_counter()
+            self.stats.n_acc_calls += 1
+            self.stats.n_acc_tokens += a
+            self.stats.n_acc_drafts += 1 if a else 0
+            if len(self.stats.acc_per_pos) < len(drafts):
+                self.stats.acc_per_pos += [0] * (len(drafts) - len(self.stats.acc_per_pos))
+            for j in range(a):
+                self.stats.acc_per_pos[j] += 1
+            self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
+        T.seq_rm(n_past + a + 1)
+        if trim:
+            D.seq_rm(n_past + a + 1)
+        slot.tokens += drafts[:a] + [new_token]
+        slot.n_past = n_past + a + 1
+        slot.id_last = new_token
+        if drafts:
+            self.lines.accepted(task, a, len(drafts), slot.n_past)
+        self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, *self._maxes()))
+        return a, len(drafts), True
+
+    def _maxes(self) -> tuple[int, int]:
+        return self.target.kv_range()[1], self.drafter.kv_range()[1]
+
     def _draft(self, n_past: int, id_last: int) -> tuple[list[int], int]:
         """Draft k tokens starting at n_past. Returns (drafts, ret of the drafter decode)."""
         D, k = self.drafter, self.cfg.draft
         if self.cfg.drafting == "block":
-            ret = self.decode(D, [id_last] + [self.mask] * k, n_past, all_logits=True)
+            ret = self.decode(D, [id_last] + [self.mask] * k, n_past, all_logits=True, step="draft")
             return ([self._argmax(D, j) for j in range(k)] if ret == 0 else []), ret
         drafts: list[int] = []
         token = id_last
         for j in range(k):
-            ret = self.decode(D, [token], n_past + j, all_logits=True)
+            ret = self.decode(D, [token], n_past + j, all_logits=True, step="draft")
             if ret != 0:
                 return drafts, ret
             token = self._argmax(D, 0)
@@ -326,7 +460,7 @@ class Engine:
                 D.seq_rm(n_past + a + 1)
             todo, pos = (drafts[-1:], n_past + a) if a == len(drafts) else ([], 0)
         if todo:
-            ret = self.decode(D, todo, pos, all_logits=False)
+            ret = self.decode(D, todo, pos, all_logits=False, step="commit")
             if ret != 0:
                 self.lines.commit_failed(ret, len(todo))
 

@@ -22,7 +22,12 @@ GROUND_TRUTH_COLUMNS = (
     "target_kv_max",
     "drafter_kv_min",
     "drafter_kv_max",
+    "step",
 )
+# What each decode was: the target's prompt chunks and verify batches; DFlash's injection of the target's
+# layer inputs (an embedding batch) and its noise block; draft-simple's draft and commit decodes.
+STEPS = ("prompt", "verify", "inject", "noise", "draft", "commit")
+
 
 @dataclass(slots=True)
 class DecodeRecord:
@@ -40,6 +45,7 @@ class DecodeRecord:
     target_kv_max: int
     drafter_kv_min: int
     drafter_kv_max: int
+    step: str
 
 
 @dataclass(slots=True)

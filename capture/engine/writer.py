@@ -14,7 +14,7 @@ from capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV, device_info
 from capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
 from capture.engine.loop import Engine
 from capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
-from capture.models import ModelPair, resolve_models, sha256_file
+from capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
 from capture.session import GROUND_TRUTH, RAW_LOG, Session, now_iso, tool_version
 
 
@@ -31,17 +31,51 @@ def _write_ground_truth(path: Path, decodes: list[DecodeRecord]) -> None:
     import pandas as pd
 
     frame = pd.DataFrame([asdict(d) for d in decodes], columns=list(GROUND_TRUTH_COLUMNS))
-    frame = frame.astype({c: "int64" for c in GROUND_TRUTH_COLUMNS if c != "context"})
+    frame = frame.astype({c: "int64" for c in GROUND_TRUTH_COLUMNS if c not in ("context", "step")})
     frame["context"] = frame["context"].astype("string")
+    frame["step"] = frame["step"].astype("string")
     frame.to_parquet(path, index=False)
 
 
 def engine_models(config: EngineConfig) -> ModelPair:
-    """The user's GGUF pair (checked) or the generated tiny pair (made on first use)."""
+    """The user's GGUF pair or the generated tiny pair (made on first use), checked for the spec type."""
     try:
-        return resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
+        pair = resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
+        if pair.generated and config.spec_type == "draft-dflash":
+            dflash = ensure_upstream_drafter("dflash", config.cache_dir, config.seed)
+            pair = ModelPair(pair.target, dflash, generated=True, seed=config.seed)
+        check_pair(config.spec_type, pair)
     except (OSError, ValueError) as e:
         raise EngineError(str(e)) from None
+    return pair
+
+
+def check_pair(spec_type: str, pair: ModelPair) -> None:
+    """What llama.cpp would abort on or silently get wrong, said in one line before anything loads."""
+    t, d = gguf_meta(pair.target), gguf_meta(pair.drafter)
+    t_arch, d_arch = str(t.get("general.architecture")), str(d.get("general.architecture"))
+    t_layers, t_embd = t.get(f"{t_arch}.block_count"), t.get(f"{t_arch}.embedding_length")
+    d_embd = d.get(f"{d_arch}.embedding_length")
+    if spec_type == "draft-simple":
+        if d_arch in ("dflash", "eagle3"):
+            raise EngineError(f"drafter {pair.drafter.name} is a {d_arch} model: use --spec-type draft-{d_arch}")
+        return
+    want = spec_type.removeprefix("draft-")
+    if d_arch != want:
+        raise EngineError(f"--spec-type {spec_type} needs a {want} drafter; {pair.drafter.name} is {d_arch}")
+    layers = d.get(f"{d_arch}.target_layers")
+    if not isinstance(layers, list) or not layers:
+        raise EngineError(f"drafter {pair.drafter.name} has no {d_arch}.target_layers")
+    if isinstance(t_layers, int) and max(layers) >= t_layers:
+        # llama.cpp would abort: GGML_ASSERT(t_layer_inp[il] != nullptr && "layer input tensor is null")
+        raise EngineError(
+            f"drafter {pair.drafter.name}: target_layers {layers} reach the target's n_layer = {t_layers} "
+            f"(a {t_arch} target gives layer inputs 0..{t_layers - 1} only)"
+        )
+    if t_embd != d_embd:
+        raise EngineError(f"target and drafter widths differ (n_embd {t_embd} vs {d_embd})")
+    if d.get("tokenizer.ggml.mask_token_id") is None:
+        raise EngineError(f"drafter {pair.drafter.name} has no tokenizer.ggml.mask_token_id (DFlash's <mask>)")
 
 
 def run_engine(config: EngineConfig, session: Session, models: ModelPair | None = None) -> EngineResult:
