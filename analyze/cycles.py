@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analyze.definitions import CYCLE_BOUNDARIES
 from analyze.spec import NONE, keeping
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
-
-BOUNDARIES = ("new_prompt", "reset", "stop", "kv_drop", "checkpoint_restore", "prompt_done")
 
 
 @dataclass(slots=True)
@@ -112,7 +111,7 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
     failed = err[(err["component"] == "drafter")]
     ev = result.events
     # A new request (prompt, reset, a cleared cache) is not a draft/verify cycle: the target goes first.
-    bounds = np.sort(ev.line[ev["kind"].isin(BOUNDARIES)].to_numpy(dtype=np.int64))
+    bounds = np.sort(ev.line[ev["kind"].isin(CYCLE_BOUNDARIES)].to_numpy(dtype=np.int64))
     n = good = 0
     first_bad: int | None = None
     last: bool | None = None

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 import pandas as pd
 
+# An event where a KV cache lost positions: a clear or seq_rm that the log names (reset), a stored max
+# that fell between two find_slot lines (kv_drop), the target rolled back to a context checkpoint
+# (checkpoint_restore). The verdict counts these, the charts and the trace mark these: one set, so a
+# dashboard's reset count is the number of reset markers it draws.
+RESET_KINDS = ("reset", "kv_drop", "checkpoint_restore")
+
+# Where a draft/verify cycle cannot span: a new request or a reset (the target decodes first after it).
+CYCLE_BOUNDARIES = ("new_prompt", "stop", "prompt_done", *RESET_KINDS)
+
+
+def reset_events(events: pd.DataFrame) -> pd.DataFrame:
+    """The events that are resets (RESET_KINDS)."""
+    return events[events["kind"].isin(RESET_KINDS)]
+
 
 def stale_drafter(pos: pd.DataFrame) -> bool:
     """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report).

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.definitions import resets, stale_drafter
+from analyze.definitions import reset_events, stale_drafter
 from analyze.records import opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -149,7 +149,7 @@ def failing_side(row: pd.Series, comp: str, speculative: bool) -> tuple[str, int
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
            source: str = "") -> Verdict:
     acc = acceptance(events)
-    n_resets = len(resets(events))
+    n_resets = len(reset_events(events))
     pos = errors[errors.kind == "inconsistent_positions"]
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source}

@@ -15,8 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analyze.definitions import reset_events
 from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
-from analyze.views.overview import RESET_KINDS, details
+from analyze.views.overview import details
 from analyze.views.positions import (
     XAxis,
     apart,
@@ -186,8 +187,7 @@ def _error_traces(
 
 
 def _resets(result: ParseResult, seq_id: int | None, axis: XAxis, x_range: tuple[float, float] | None) -> pd.DataFrame:
-    ev = result.events
-    ev = ev[ev["kind"].isin(RESET_KINDS)]
+    ev = reset_events(result.events)
     if seq_id is not None and len(ev):
         ev = ev[(pd.to_numeric(ev["seq_id"], errors="coerce") == seq_id) | ev["seq_id"].isna()]
     x = axis.of(ev["line"], ev["t"])

@@ -17,7 +17,6 @@ from analyze.views.positions import Divergence, choose_axis, first_divergence
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
 
-RESET_KINDS = ("reset",)
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analyze.definitions import reset_events
 from analyze.views.positions import choose_axis, sequences, stored_positions
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 PID = 1
 TIDS = {"target": 1, "drafter": 2, "unknown": 3}
-RESET_KINDS = ("reset", "kv_drop", "checkpoint_restore")
 
 
 def _ts(axis_kind: str, x: np.ndarray) -> np.ndarray:
@@ -43,7 +43,7 @@ def trace(result: ParseResult) -> dict[str, Any]:
     events: list[dict[str, Any]] = [{"ph": "M", "pid": PID, "name": "process_name", "args": {"name": title}}]
     events += [{"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": ctx}}
                for ctx, tid in TIDS.items()]
-    seqs = sequences(result) or [None]
+    seqs: list[int | None] = [*sequences(result)] or [None]
     for ctx in ("target", "drafter"):
         frames = []
         for seq in seqs:
@@ -57,13 +57,14 @@ def trace(result: ParseResult) -> dict[str, Any]:
             events.append({"ph": "C", "pid": PID, "name": f"{ctx} pos", "ts": float(t),
                            "args": {series: float(pos)}, "cat": "kv"})
     marks = []
+    row: Any  # itertuples rows are namedtuples built at run time
     err = result.errors
     for row in err.itertuples():
         marks.append((int(row.line), row.t, str(row.component), f"{row.kind}: {row.variant}", {
             "line": int(row.line), "seq_id": _opt(row.seq_id), "X": _opt(row.last_pos), "Y": _opt(row.batch_start),
             "ret": _opt(row.ret), "component": str(row.component)}))
     ev = result.events
-    for row in ev[ev["kind"].isin(RESET_KINDS)].itertuples():
+    for row in reset_events(ev).itertuples():
         ctx = str(row.context) if str(row.context) in TIDS else "unknown"
         marks.append((int(row.line), row.t, ctx, str(row.kind), {
             "line": int(row.line), "seq_id": _opt(row.seq_id), "pos": _opt(row.pos), "detail": json.loads(row.detail)}))

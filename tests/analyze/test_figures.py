@@ -7,12 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import plotly.io as pio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analyze
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.overview import overview
+from analyze.views.perfetto import trace
 from analyze.views.positions import floats
+from tests.analyze.formats import batch_dump, find_slot
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = (ROOT / "samples" / "stale-drafter" / "raw.log").read_bytes().split(b"\n")
@@ -77,3 +81,29 @@ def test_zoomed_range_keeps_only_what_is_inside() -> None:
         x = _decode(d["x"])
         x = x[~np.isnan(x)]
         assert ((x >= 1000) & (x <= 1400)).all(), d["name"]
+
+
+def _reset_markers(fig) -> int:  # noqa: ANN001
+    trace = _trace(fig, "reset")
+    return 0 if trace is None else len(set(_decode(trace["customdata"]).tolist()))
+
+
+@pytest.mark.parametrize("sample", ["stale-drafter", "healthy", "no-rollback"])
+def test_the_overview_reset_count_is_the_resets_the_chart_draws(sample: str) -> None:
+    result = analyze.parse(ROOT / "samples" / sample)  # real engine sessions: the server's seq_rm lines
+    n = overview(result).n_resets
+    assert n == result.verdict.n_resets == _reset_markers(position_figure(result))
+    trace_resets = [e for e in trace(result)["traceEvents"] if e.get("ph") == "i" and e.get("cat") == "reset"]
+    assert len(trace_resets) == n
+    if sample == "stale-drafter":
+        assert n == 3  # one per request: the resets that leave the drafter behind
+
+
+def test_a_stored_max_that_drops_is_counted_and_drawn_as_a_reset() -> None:
+    lines: list[str] = []
+    for pos in (100, 200, 300):
+        lines += batch_dump("", pos, 1, 1) + find_slot("", 4096, 0, pos - 1, pos)
+    lines += batch_dump("", 0, 1, 1) + find_slot("", 4096, -1, -1, 0)
+    result = analyze.parse("\n".join(lines).encode())
+    assert list(result.events.kind) == ["kv_drop"]
+    assert overview(result).n_resets == _reset_markers(position_figure(result)) == 1
