@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class CaptureOptions:
     grace_s: float = 5.0
     timeout_s: float | None = None
     stop_wait_s: float = 10.0
+    # Called with the session folder once it exists, before anything is captured (`--dashboard` opens it).
+    on_session: Callable[[Path], None] | None = None
 
 
 @dataclass(slots=True)
@@ -151,9 +154,12 @@ def _session(opts: CaptureOptions, kind: str, label: str) -> Session:
         # Two captures in one folder would mix their manifests: each capture gets its own.
         raise UsageError(f"{opts.out} already holds a capture (raw.log); choose another --out")
     try:
-        return new_session(kind, opts.label or label, out=opts.out, root=opts.root)
+        session = new_session(kind, opts.label or label, out=opts.out, root=opts.root)
     except OSError as exc:
         raise UsageError(f"cannot create the session folder: {exc}") from exc
+    if opts.on_session is not None:
+        opts.on_session(session.path)
+    return session
 
 
 def run_wrapped(

@@ -13,8 +13,9 @@ from analyze.cli.engine import engine_cmd
 from analyze.cli.options import F
 
 if TYPE_CHECKING:
+    from analyze.views.dashboard import Dashboard
     from capture.runner import Outcome
-    from capture.wrap import RunOptions
+    from capture.wrap import CaptureOptions, RunOptions
 
 
 @click.group(name="capture")
@@ -45,13 +46,43 @@ def capture_options(f: F) -> F:
         click.option("--grace", "grace_s", type=float, default=5.0, show_default=True,
                      help="Seconds to keep capturing after the first error (with --until-error)."),
         click.option("--timeout", "timeout_s", type=float, help="Stop after this many seconds."),
+        click.option("--dashboard", is_flag=True, help="Open the dashboard on the session being written (its "
+                     "URL is printed): it follows the capture live and stops when the capture ends."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _finish(outcome_fn: Callable[[], Outcome]) -> None:
+class LiveDashboard:
+    """--dashboard: the dashboard, following the session folder as soon as it exists; stopped (and its port
+    freed) when the capture ends, however it ends."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.wanted = wanted
+        self.dash: Dashboard | None = None
+        self.session: Path | None = None
+
+    def attach(self, opts: CaptureOptions) -> None:
+        if self.wanted:
+            opts.on_session = self.open
+
+    def open(self, session: Path) -> None:
+        from analyze.cli.dashboard import start_dashboard
+
+        self.session = session
+        self.dash = start_dashboard(session, follow=True, quiet=True)
+        click.echo(f"kvtrace: dashboard: {self.dash.url}  (follows this capture; stops when it ends)", err=True)
+
+    def close(self) -> None:
+        if self.dash is None:
+            return
+        self.dash.stop()
+        click.echo(f"kvtrace: dashboard stopped; to look again: kvtrace dashboard {self.session}", err=True)
+        self.dash = None
+
+
+def _finish(outcome_fn: Callable[[], Outcome], live: LiveDashboard | None = None) -> None:
     from capture.llamaswap import ConfigError
     from capture.wrap import UsageError
 
@@ -60,6 +91,9 @@ def _finish(outcome_fn: Callable[[], Outcome]) -> None:
     except (UsageError, ConfigError) as exc:
         click.echo(f"kvtrace: error: {exc}", err=True)
         sys.exit(2)
+    finally:
+        if live is not None:
+            live.close()
     sys.exit(outcome.exit_code)
 
 
@@ -140,13 +174,16 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
       kvtrace capture run --ping 3 -- llama-server -m t.gguf -md d.gguf --spec-type draft-simple --port 8080
       kvtrace capture run --until-error --grace 10 --out ./repro -- ./build/bin/llama-server ...
     """
-    _finish(lambda: _run(list(cmd), kw))
+    live = LiveDashboard(kw.pop("dashboard"))
+    _finish(lambda: _run(list(cmd), kw, live), live)
 
 
-def _run(cmd: list[str], kw: dict[str, Any]) -> Outcome:
+def _run(cmd: list[str], kw: dict[str, Any], live: LiveDashboard) -> Outcome:
     from capture.wrap import run_wrapped
 
-    return run_wrapped(cmd, _run_opts(kw))
+    opts = _run_opts(kw)
+    live.attach(opts)
+    return run_wrapped(cmd, opts)
 
 
 @capture_group.command(name="attach")
@@ -170,6 +207,8 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
     """
     from capture.wrap import CaptureOptions, UsageError, run_attach
 
+    live = LiveDashboard(kw.pop("dashboard"))
+
     def go() -> Outcome:
         chosen = [name for name, on in (("--file", path is not None), ("--stdin", use_stdin),
                                          ("--llama-swap", swap_url is not None)) if on]
@@ -180,10 +219,11 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
         if model and swap_url is None:
             raise UsageError("--model goes with --llama-swap")
         opts = CaptureOptions(**kw)
+        live.attach(opts)
         kind = "file" if path is not None else "stdin" if use_stdin else "llama-swap"
         return run_attach(kind, opts, path=path, follow=follow, from_end=from_end, url=swap_url, model=model)
 
-    _finish(go)
+    _finish(go, live)
 
 
 @capture_group.command(name="llama-swap")
@@ -206,12 +246,15 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
     from capture.llamaswap import resolve
     from capture.wrap import free_port, run_llama_swap
 
+    live = LiveDashboard(kw.pop("dashboard"))
+
     def go() -> Outcome:
         opts = _run_opts(kw)
+        live.attach(opts)
         swap = resolve(config, model, port=free_port())
         return run_llama_swap(swap, opts)
 
-    _finish(go)
+    _finish(go, live)
 
 
 capture_group.add_command(engine_cmd)

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from capture.engine.config import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError, require_llama_cpp
+from capture.engine.config import (
+    DRAFTING,
+    FAULTS,
+    SPEC_TYPES,
+    SPLIT_MODES,
+    EngineConfig,
+    EngineError,
+    require_llama_cpp,
+)
 from capture.engine.lines import FLAVORS
 
 if TYPE_CHECKING:
@@ -30,6 +37,9 @@ def _engine_options(f: Any) -> Any:
     opts = [
         click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
                      help="Break the drafter's bookkeeping the way a real bug does (none = healthy)."),
+        click.option("--spec-type", type=click.Choice(SPEC_TYPES), default="draft-dflash", show_default=True,
+                     help="llama.cpp's speculative type: draft-dflash runs a real DFlash drafter on the target's "
+                     "layer inputs; draft-simple a plain llama drafter (see --drafting)."),
         click.option("--requests", type=click.IntRange(min=1), default=3, show_default=True,
                      help="Requests in a row on one slot (new prompt, shared-prefix reuse, clear, ...)."),
         click.option("--cycles", type=click.IntRange(min=1), default=32, show_default=True,
@@ -40,7 +50,8 @@ def _engine_options(f: Any) -> Any:
                      help="Seed of the generated models and prompts."),
         click.option("--target", type=click.Path(dir_okay=False, path_type=Path),
                      help="A real target GGUF (with --drafter; default: the generated tiny pair)."),
-        click.option("--drafter", type=click.Path(dir_okay=False, path_type=Path), help="A real drafter GGUF."),
+        click.option("--drafter", type=click.Path(dir_okay=False, path_type=Path),
+                     help="A real drafter GGUF (a dflash model for draft-dflash)."),
         click.option("--log-prefix/--no-log-prefix", default=True, show_default=True,
                      help="The new-scheme `M.SS.mmm.uuu L ` prefix on each log entry."),
         click.option("--kv-debug/--no-kv-debug", default=True, show_default=True,
@@ -48,7 +59,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--flavor", type=click.Choice(FLAVORS), default="fork", show_default=True,
                      help="Wording of the server/speculative lines: beellama fork (new or v0.2.0) or upstream."),
         click.option("--drafting", type=click.Choice(DRAFTING), default="block", show_default=True,
-                     help="block: one DFlash drafter batch per cycle; chain: k one-token drafter decodes."),
+                     help="draft-simple only. block: one [id_last, mask x k] drafter batch per cycle; chain: k "
+                     "one-token drafter decodes."),
         click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
                      help="CPU threads per context (1 is fastest for the tiny models)."),
         click.option("--n-gpu-layers", "-ngl", type=int, default=0, show_default=True,
@@ -76,6 +88,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
     progress = kw.pop("progress")
     return EngineConfig(
         fault=kw["fault"],
+        spec_type=kw["spec_type"],
         requests=kw["requests"],
         cycles=kw["cycles"],
         draft=kw["draft"],
@@ -118,10 +131,16 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
 def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     """Run real target + drafter speculative decoding (llama.cpp via llama-cpp-python) and capture it.
 
+    With --spec-type draft-dflash (the default) the drafter is a real upstream `dflash` model run by
+    llama.cpp's own DFlash graph: each cycle the target verifies the draft in one batch, its layer inputs
+    go into the drafter's KV at the same positions (one embedding batch), the drafter decodes the noise
+    block [id_last, <mask> x k] non-causally, and the block is removed after drafting.
+
     Writes SESSION/raw.log (every llama.cpp line, batch dumps and find_slot lines included, plus the
-    server lines a real slot prints), SESSION/ground_truth.parquet (one row per llama_decode call, from
-    the API) and SESSION/manifest.json. Without --target/--drafter it generates a tiny model pair once
-    (cached under $KVTRACE_CACHE or ~/.cache/kvtrace/models): no download, no GPU needed.
+    server lines a real slot prints), SESSION/ground_truth.parquet (one row per decode call, from the
+    API, with what it was: prompt, verify, inject, noise, draft, commit) and SESSION/manifest.json.
+    Without --target/--drafter it generates a tiny model pair once (cached under $KVTRACE_CACHE or
+    ~/.cache/kvtrace/models): no download, no GPU needed.
 
     Exit code: 0 captured (injected failures included); 1 a healthy run (--fault none) hit a decode
     failure; 2 bad settings or unusable models.
@@ -130,6 +149,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     Examples:
       kvtrace capture engine --fault stale-drafter
       kvtrace capture engine --fault no-rollback --draft 8 --out ./repro
+      kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
       kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2
       kvtrace capture engine --target t.gguf --drafter d.gguf -ngl 99 --tensor-split 1,1
@@ -142,8 +162,8 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     else:
         click.echo(f"session:  {result.session}")
         click.echo(
-            f"engine:   fault={config.fault} requests={result.n_requests} cycles={len(result.cycles)} "
-            f"draft={config.draft} in {result.duration_s:.2f} s"
+            f"engine:   {config.spec_type} fault={config.fault} requests={result.n_requests} "
+            f"cycles={len(result.cycles)} draft={config.draft} in {result.duration_s:.2f} s"
         )
         click.echo(
             f"decodes:  {result.n_decodes} ({result.n_failures} refused by llama.cpp); "
@@ -221,15 +241,8 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo(format_verdict(verdict))
     if no_dashboard or not _dashboard_ready():
         return
-    from analyze.views.dashboard import launch
+    from analyze.cli.dashboard import serve, start_dashboard
 
-    dash = launch(result.session, port=port)
+    dash = start_dashboard(result.session, port=port)
     click.echo(f"\nkvtrace dashboard: {dash.url}  (Ctrl-C to stop)")
-    try:
-        dash.proc.wait()
-    except KeyboardInterrupt:
-        dash.proc.terminate()
-        try:
-            dash.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            dash.proc.kill()
+    serve(dash)

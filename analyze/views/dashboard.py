@@ -1,7 +1,8 @@
 """Starting the Streamlit dashboard (app.py) on this machine, opened on a path.
 
 The path goes to the app in the KVTRACE_OPEN environment variable, so a big local log is read on the
-server side and never goes through the browser's upload limit.
+server side and never goes through the browser's upload limit; KVTRACE_FOLLOW=1 makes the app follow it
+while it is written.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 OPEN_ENV = "KVTRACE_OPEN"
+FOLLOW_ENV = "KVTRACE_FOLLOW"
+STOP_WAIT_S = 10.0
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
 
@@ -56,12 +60,32 @@ class Dashboard:
     proc: subprocess.Popen[bytes]
     url: str
 
+    def stop(self, wait_s: float = STOP_WAIT_S) -> int:
+        """Stop the server (SIGTERM, then SIGKILL after `wait_s`) and reap it, so its port is free again."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
 
-def launch(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None) -> Dashboard:
-    """Start the dashboard in the background (also for `kvtrace demo`)."""
+
+def launch(
+    path: Path | None, host: str = DEFAULT_HOST, port: int | None = None, *, follow: bool = False,
+    preexec_fn: Callable[[], None] | None = None, quiet: bool = False,
+) -> Dashboard:
+    """Start the dashboard in the background (also for `kvtrace demo` and `kvtrace capture ... --dashboard`).
+
+    `preexec_fn` runs in the child before streamlit starts (the command layer passes one that stops it
+    with its parent and, when following, lowers its priority); `quiet` sends its own output nowhere."""
     env = dict(os.environ)
+    env.pop(FOLLOW_ENV, None)
     if path is not None:
         env[OPEN_ENV] = str(Path(path).resolve())
+        if follow:
+            env[FOLLOW_ENV] = "1"
     chosen = port if port is not None else free_port(host)
-    proc = subprocess.Popen(streamlit_command(host, chosen), env=env)
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(streamlit_command(host, chosen), env=env, preexec_fn=preexec_fn, stdout=out, stderr=out)
     return Dashboard(proc, f"http://{host}:{chosen}")

@@ -60,3 +60,102 @@ def test_dashboard_serves_on_localhost_and_stops_on_ctrl_c() -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, "the command ended before its dashboard answered"
+        assert time.monotonic() < deadline, f"the dashboard did not answer within {timeout_s:g} s"
+        time.sleep(0.3)
+
+
+def _port_free(port: int, timeout_s: float = 20) -> bool:
+    """Nothing listens on the port and it can be bound again (the server is gone, not just quiet)."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                with socket.socket() as again:
+                    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    again.bind(("127.0.0.1", port))
+                    return True
+        time.sleep(0.2)
+    return False
+
+
+def _dashboard(port: int, *args: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port),
+         *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_sigterm_and_sigkill_of_the_command_stop_the_server_and_free_the_port() -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        port = free_port()
+        proc = _dashboard(port, "--follow")
+        try:
+            _wait_healthy(port, proc)
+            os.kill(proc.pid, sig)  # the command alone, not its group: the server must not stay behind
+            proc.wait(timeout=20)
+            assert _port_free(port), f"the streamlit server still holds port {port} after {sig.name}"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_follow_rejects_a_finished_gzip(tmp_path: Path) -> None:
+    gz = tmp_path / "done.log.gz"
+    import gzip
+
+    gz.write_bytes(gzip.compress(b"x\n"))
+    res = CliRunner().invoke(dashboard_command, [str(gz), "--follow"])
+    assert res.exit_code == 2 and "open it without --follow" in res.output
+    res = CliRunner().invoke(dashboard_command, ["--follow"])
+    assert res.exit_code == 2 and "needs a SESSION" in res.output
+
+
+def test_capture_dashboard_follows_the_session_and_stops_with_the_capture(tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    program = (
+        "import os, sys, time\n"
+        "i = 0\n"
+        f"while not os.path.exists({str(stop)!r}):\n"
+        "    print('line', i, flush=True); i += 1; time.sleep(0.05)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyze", "capture", "run", "--dashboard", "--quiet", "--out", str(tmp_path / "s"),
+         "--", sys.executable, "-c", program],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        said = ""
+        while (m := re.search(r"dashboard: http://127\.0\.0\.1:(\d+)", said)) is None:
+            line = proc.stderr.readline().decode()
+            assert line, said
+            said += line
+        port = int(m[1])
+        _wait_healthy(port, proc)
+        stop.touch()  # the program exits: the capture ends, and its dashboard with it
+        rest = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0
+        assert "dashboard stopped" in rest and "kvtrace dashboard" in rest
+        assert _port_free(port), f"the capture's dashboard still holds port {port}"
+    finally:
+        stop.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
