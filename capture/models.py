@@ -261,13 +261,49 @@ def sha256_file(path: Path) -> str:
 # target's layer inputs through an `fc` projection and drafts a whole `[id_last, <mask> x n]` block; EAGLE3
 # encodes three target layer inputs and drafts token by token. Both share the target's embeddings and output
 # head (no token_embd/output tensors: llama.cpp falls back to the target's), and both need the target's
-# tokenizer (with <mask> for DFlash). Random weights: drafts are rarely accepted, but every KV move is real.
+# tokenizer (with <mask> for DFlash). EAGLE3's weights are random (drafts are rarely accepted); DFlash's are
+# shaped so that it agrees with the target about as often as a trained drafter (see _dflash_weights).
 UPSTREAM_DRAFTERS = ("dflash", "eagle3")
+# Bump a kind's number when its bytes change for the same parameters, so old caches are not reused.
+UPSTREAM_DRAFTER_VERSION = {"dflash": 2, "eagle3": 1}
+
+
+def _dflash_weights(params: ModelParams, seed: int) -> dict[str, np.ndarray]:
+    """A DFlash drafter that predicts, at every <mask> of its noise block, the token the target's embedding of
+    id_last points at through the target's own output head.
+
+    The tiny target's next token is that "zero-layer" guess about a third of the time, so the first drafted
+    token is accepted about as often. How: q = k = 0 make attention uniform over the cache and the block; V
+    keeps a token's normalised embedding minus its <mask> component, so only id_last contributes; a large
+    attn_output scale undoes the 1/(n_past + k + 1) of the uniform average; the FFN adds nothing. fc is zero,
+    so the injected rows are zero K/V at the target's positions: the drafter's cache keeps every position of
+    the real flow, but this drafter takes nothing from the target's layer inputs.
+    """
+    e, ff, hd = params.n_embd, params.n_ff, params.n_embd // params.n_head
+    n_vocab = len(vocabulary()[0])
+    embd = _weights(params, n_vocab, seed)["token_embd.weight"]
+    mask = embd[MASK_ID] / np.sqrt(np.mean(embd[MASK_ID] ** 2) + 1e-5)  # attn_norm(<mask>), weight 1
+    v = np.eye(e) - np.outer(mask, mask) / float(mask @ mask)  # drops the <mask> direction: masks add no V
+    zeros, ones = np.zeros((e, e), dtype=np.float32), np.ones(e, dtype=np.float32)
+    rng = np.random.default_rng(seed + 101)
+    return {
+        "fc.weight": np.zeros((e, e), dtype=np.float32), "enc.output_norm.weight": ones, "output_norm.weight": ones,
+        "blk.0.attn_norm.weight": ones, "blk.0.attn_q.weight": zeros, "blk.0.attn_k.weight": zeros,
+        "blk.0.attn_v.weight": v.astype(np.float32), "blk.0.attn_output.weight": (1e5 * np.eye(e)).astype(np.float32),
+        "blk.0.attn_q_norm.weight": np.ones(hd, dtype=np.float32),
+        "blk.0.attn_k_norm.weight": np.ones(hd, dtype=np.float32),
+        "blk.0.ffn_norm.weight": ones,
+        "blk.0.ffn_gate.weight": (rng.standard_normal((ff, e)) / np.sqrt(e)).astype(np.float32),
+        "blk.0.ffn_up.weight": (rng.standard_normal((ff, e)) / np.sqrt(e)).astype(np.float32),
+        "blk.0.ffn_down.weight": np.zeros((e, ff), dtype=np.float32),
+    }  # fmt: skip
 
 
 def _upstream_drafter_weights(kind: str, params: ModelParams, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed + (101 if kind == "dflash" else 202))
-    e, ff, hd = params.n_embd, params.n_ff, params.n_embd // params.n_head
+    if kind == "dflash":  # target_layers [1]: one 64-wide input, one drafter layer
+        return _dflash_weights(params, seed)
+    rng = np.random.default_rng(seed + 202)
+    e, ff = params.n_embd, params.n_ff
 
     def mat(rows: int, cols: int) -> np.ndarray:
         m: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -276,15 +312,6 @@ def _upstream_drafter_weights(kind: str, params: ModelParams, seed: int) -> dict
     def ones(n: int) -> np.ndarray:
         return np.ones(n, dtype=np.float32)
 
-    if kind == "dflash":  # target_layers [1]: one 64-wide input, one drafter layer
-        return {
-            "fc.weight": mat(e, e), "enc.output_norm.weight": ones(e), "output_norm.weight": ones(e),
-            "blk.0.attn_norm.weight": ones(e), "blk.0.attn_q.weight": mat(e, e), "blk.0.attn_k.weight": mat(e, e),
-            "blk.0.attn_v.weight": mat(e, e), "blk.0.attn_output.weight": mat(e, e),
-            "blk.0.attn_q_norm.weight": ones(hd), "blk.0.attn_k_norm.weight": ones(hd),
-            "blk.0.ffn_norm.weight": ones(e), "blk.0.ffn_gate.weight": mat(ff, e), "blk.0.ffn_up.weight": mat(ff, e),
-            "blk.0.ffn_down.weight": mat(e, ff),
-        }
     return {  # eagle3, target_layers [0, 1, 1]: three inputs into fc, attention over [embedding, hidden]
         "fc.weight": mat(e, 3 * e), "output_norm.weight": ones(e),
         "blk.0.attn_norm.weight": ones(e), "blk.0.attn_norm_2.weight": ones(e),
@@ -343,7 +370,7 @@ def ensure_upstream_drafter(kind: str, cache_dir: Path | None = None, seed: int 
         raise ModelError(f"unknown drafter kind {kind!r}: one of {', '.join(UPSTREAM_DRAFTERS)}")
     params = params or ModelParams()
     pair = ensure_models(cache_dir, seed, params)
-    path = pair.target.parent / f"{kind}-v1.gguf"  # bump the suffix when the bytes change
+    path = pair.target.parent / f"{kind}-v{UPSTREAM_DRAFTER_VERSION[kind]}.gguf"
     if path.is_file():
         return path
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
