@@ -10,7 +10,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,9 @@ from analyze.views.positions import XAxis, choose_axis, default_tolerance, first
 from analyze.views.rawtext import RawText, capture_seconds, format_excerpt
 from analyze.views.report import advice, escape, markdown_report
 from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
+
+if TYPE_CHECKING:
+    from analyze import ParseResult
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE / "samples"
@@ -46,8 +49,14 @@ class Source:
 @dataclass(slots=True)
 class Opened:
     source: Source
-    result: Any | None  # analyze.ParseResult
+    result: ParseResult | None  # None when it could not be read (then `error` says why)
     error: str | None
+
+    @property
+    def parsed(self) -> ParseResult:
+        """The parse result of a source that was read: callers look at `error` first."""
+        assert self.result is not None, self.error
+        return self.result
 
 
 # ---- reading, cached by content hash -------------------------------------------------------------
@@ -90,7 +99,7 @@ def _raw_text(digest: str, _source: str | bytes) -> RawText:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _report(digest: str, _result: Any, name: str) -> str:
+def _report(digest: str, _result: ParseResult, name: str) -> str:
     return markdown_report(_result, name=name)
 
 
@@ -124,7 +133,7 @@ def raw_text(src: Source) -> RawText | None:
         return None
 
 
-def capture_axis(src: Source, result: Any) -> XAxis:
+def capture_axis(src: Source, result: ParseResult) -> XAxis:
     """The log's own timestamps, else (for a captured session) when each line arrived, else line numbers."""
     seconds = None
     if src.path and Path(src.path).is_dir():
@@ -172,15 +181,16 @@ def gather_sources() -> tuple[list[Source], list[str]]:
     if pasted.strip():
         data = pasted.encode("utf-8", "replace")
         sources.append(Source("pasted text", _sha256(data), data=data))
-    choices = {"(none)": None}
+    choices: dict[str, Path | None] = {"(none)": None}
     for sess in list_sessions(DEFAULT_ROOT):
         choices[f"session: {sess.path.name}"] = sess.path
     if SAMPLES.is_dir():
         for sample in sorted(p for p in SAMPLES.iterdir() if (p / "raw.log").is_file()):
             choices[f"sample: {sample.name}"] = sample
     picked = st.sidebar.selectbox("...or a captured session or bundled sample", list(choices), key="session")
-    if choices.get(picked) is not None:
-        got = path_source(choices[picked], name=picked)
+    chosen = choices.get(picked)
+    if chosen is not None:
+        got = path_source(chosen, name=picked)
         if isinstance(got, str):
             problems.append(got)
         else:
@@ -196,7 +206,7 @@ def gather_sources() -> tuple[list[Source], list[str]]:
 
 
 def show_verdict(op: Opened, axis: XAxis) -> None:
-    result = op.result
+    result = op.parsed
     v = result.verdict
     for warning in result.warnings:  # e.g. a .gz cut short: say what was not read
         st.warning(escape(warning))
@@ -241,7 +251,7 @@ def _acc_detail(acc: dict[str, Any]) -> str | None:
 
 
 def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
-    result = op.result
+    result = op.parsed
     seqs = sequences(result)
     c1, c2, c3 = st.columns([1, 1, 3])
     seq_id: int | None = None
@@ -262,6 +272,7 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
         a, b = max(lo, div.x - width), min(hi, div.x + width)
         st.session_state[slider_key] = (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
     fmt = None
+    step: float
     if axis.kind == "line":
         lo, hi, step = int(lo), int(hi), 1
     else:
@@ -269,11 +280,13 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
         fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
     if slider_key not in st.session_state:
         st.session_state[slider_key] = (lo, hi)
-    rng = c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key, format=fmt)
+    # a (low, high) pair: the slider's value is the range put in session_state above
+    rng = cast(tuple[float, float], c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key,
+                                              format=fmt))
     return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
 
 
-def _x_extent(result: Any, axis: XAxis) -> tuple[float | None, float | None]:
+def _x_extent(result: ParseResult, axis: XAxis) -> tuple[float | None, float | None]:
     xs = []
     for name in ("batches", "kv", "errors", "events"):
         frame = getattr(result, name)
@@ -290,14 +303,14 @@ def _x_extent(result: Any, axis: XAxis) -> tuple[float | None, float | None]:
     )
 
 
-def _has_positions(result: Any) -> bool:
+def _has_positions(result: ParseResult) -> bool:
     err = result.errors
     return bool(len(result.batches) or len(result.kv)
                 or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
 
 
 def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
-    result = op.result
+    result = op.parsed
     if not _has_positions(result):
         st.info(
             "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
@@ -340,7 +353,7 @@ _TITLES = {"errors": "Errors", "batches": "Batches", "events": "Events", "kv": "
 
 def show_tables(op: Opened, key: str) -> int | None:
     """Filterable tables; returns the log line of the row the user picked."""
-    result = op.result
+    result = op.parsed
     picked: int | None = None
     tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS])
     for tab, name in zip(tabs, _FILTERS, strict=True):
@@ -382,7 +395,7 @@ def show_raw(op: Opened, key: str, picked: int | None) -> None:
     n = max(1, raw.n_lines)
     state_key, applied_key = f"line-{key}", f"line-applied-{key}"
     if state_key not in st.session_state:
-        evidence = op.result.verdict.evidence
+        evidence = op.parsed.verdict.evidence
         st.session_state[state_key] = min(int(evidence[0]["line"]) if evidence else 1, n)
     # A newly picked table row moves the view; after that the number box is the user's again.
     if picked is not None and st.session_state.get(applied_key) != picked:
@@ -393,7 +406,7 @@ def show_raw(op: Opened, key: str, picked: int | None) -> None:
 
 
 def show_downloads(op: Opened, key: str) -> None:
-    result = op.result
+    result = op.parsed
     stem = Path(op.source.name).name.split(".")[0] or "log"
     report = _report(op.source.digest, result, op.source.name)
     c1, c2, c3 = st.columns(3)
@@ -411,11 +424,11 @@ def show_downloads(op: Opened, key: str) -> None:
 
 def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
     st.subheader("Compare")
-    fig = compare_figure(a.result, b.result, names=(a.source.name, b.source.name), seq_id=seq_id)
+    fig = compare_figure(a.parsed, b.parsed, names=(a.source.name, b.source.name), seq_id=seq_id)
     st.plotly_chart(fig, key="compare", config={"displaylogo": False})
     rows = []
     for op in (a, b):
-        v = op.result.verdict
+        v = op.parsed.verdict
         rows.append({"source": op.source.name, "verdict": v.kind, "failing side": v.component,
                      "position errors": v.n_position_errors, "errors": v.n_errors, "batches": v.n_batches,
                      "resets": v.n_resets, "acceptance": _rate(v.acceptance)})
@@ -444,17 +457,17 @@ def main() -> None:
     if op.error is not None:
         st.error(escape(f"{op.source.name}: {op.error}"))
         return
-    axis = capture_axis(op.source, op.result)
+    axis = capture_axis(op.source, op.parsed)
     key = op.source.digest[:12]
     show_verdict(op, axis)
-    if op.result.verdict.kind == "no_log":
+    if op.parsed.verdict.kind == "no_log":
         return
     seq_id = show_charts(op, axis, key)
     if cmp_pick is not None:
         other_op = open_source(sources[cmp_pick])
         if other_op.error is not None:
             st.error(escape(f"{other_op.source.name}: {other_op.error}"))
-        elif other_op.result.verdict.kind == "no_log":
+        elif other_op.parsed.verdict.kind == "no_log":
             st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
         else:
             show_compare(op, other_op, seq_id)
@@ -465,7 +478,7 @@ def main() -> None:
     st.subheader("Take it away")
     show_downloads(op, key)
     with st.expander("Environment (from the log)"):
-        st.json(op.result.meta, expanded=False)
+        st.json(op.parsed.meta, expanded=False)
 
 
 main()

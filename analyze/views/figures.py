@@ -212,7 +212,9 @@ def _vertical_band_trace(x0: np.ndarray, x1: np.ndarray, lo: float, hi: float) -
     n = x0.size
     xs = np.empty(6 * n)
     ys = np.empty(6 * n)
-    for k, (xv, yv) in enumerate(((x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo), (np.nan, np.nan))):
+    corners: tuple[tuple[np.ndarray | float, float], ...] = (
+        (x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo), (np.nan, np.nan))
+    for k, (xv, yv) in enumerate(corners):
         xs[k::6] = xv
         ys[k::6] = yv
     return xs, ys

@@ -178,6 +178,7 @@ def position_rows(result: ParseResult, seq_id: int | None, around: int | None) -
     at = min(at, len(state) - 1)
     start = max(0, min(at - TABLE_BEFORE, len(state) - TABLE_ROWS))
     rows = []
+    r: Any  # itertuples rows are namedtuples built at run time
     for r in state.iloc[start:start + TABLE_ROWS].itertuples():
         notes = (["refused batch"] if r.refused else []) + (["first divergence"] if r.line == around else [])
         rows.append({"line": int(r.line), "target": None if pd.isna(r.target) else r.target,
@@ -232,10 +233,10 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
             f"gap {_num(int(verdict.batch_start) - int(verdict.last_pos) - 1)})."
         ))
     elif ov.first_divergence is not None:
-        d = ov.first_divergence
+        div = ov.first_divergence
         out.append(Prose(
-            f"**First divergence:** at line {d.line}, drafter {_num(d.drafter)} vs target {_num(d.target)} "
-            f"(drafter minus target {_num(d.delta)})."
+            f"**First divergence:** at line {div.line}, drafter {_num(div.drafter)} vs target {_num(div.target)} "
+            f"(drafter minus target {_num(div.delta)})."
         ))
     c = sig.cycles
     rows = [
