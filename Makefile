@@ -11,7 +11,7 @@ export LLAMA_CPP_BUILD_JOBS ?= 2
 # Python 3.13 for the core smoke test, where the machine has one (pyenv keeps it off PATH unless selected).
 PY313 ?= $(shell command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -1) && [ -n "$$v" ] && PYENV_VERSION=$$v pyenv which python3.13 2>/dev/null || (python3.13 -c '' 2>/dev/null && command -v python3.13))
 
-.PHONY: setup demo test lint bench samples server browser core-smoke clean
+.PHONY: setup demo test lint bench samples server browser core-smoke clean scenarios
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ core-smoke:
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
+
+# The scenario matrix by hand: real llama-server runs of every speculative type, checked for what healthy means.
+scenarios: setup server
+	$(BIN)/python benchmarks/scenarios.py --desync --out scenario-sessions
 
 samples: setup
 	$(BIN)/python -m capture.samples
