@@ -44,8 +44,8 @@ def _engine_options(f: Any) -> Any:
                      help="Requests in a row on one slot (new prompt, shared-prefix reuse, clear, ...)."),
         click.option("--cycles", type=click.IntRange(min=1), default=32, show_default=True,
                      help="Draft/verify cycles per request."),
-        click.option("--draft", "-k", type=click.IntRange(1, 64), default=4, show_default=True,
-                     help="Tokens drafted per cycle."),
+        click.option("--draft", "-k", type=click.IntRange(1, 64), default=3, show_default=True,
+                     help="Tokens drafted per cycle (k; upstream's --spec-draft-n-max)."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Seed of the generated models and prompts."),
         click.option("--target", type=click.Path(dir_okay=False, path_type=Path),
@@ -193,8 +193,9 @@ def _dashboard_ready() -> bool:
 def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None) -> None:
     """See the drafter-KV failure for real in a minute: no GPU, no download.
 
-    Generates a tiny target + drafter pair, runs real llama.cpp speculative decoding with a drafter
-    that goes stale at a request reset (`--fault stale-drafter`), reads the captured log and prints
+    Generates a tiny target and a tiny DFlash drafter, runs real llama.cpp speculative decoding
+    (upstream's DFlash graph) with a drafter that goes stale at a request reset (`--fault
+    stale-drafter`), reads the captured log and prints
     the triage, then opens the dashboard on it at http://127.0.0.1:PORT (Ctrl-C to stop).
 
     \b
@@ -203,21 +204,21 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
       kvtrace demo --no-dashboard
       kvtrace demo --out ./demo-session --port 8600
     """
-    from capture.models import ensure_models
+    from capture.models import ensure_upstream_drafter
 
     try:
         require_llama_cpp()
     except EngineError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         raise SystemExit(2) from None
-    click.echo("1/3 models: generating (or reusing) the tiny target + drafter pair ...", err=True)
+    click.echo("1/3 models: generating (or reusing) the tiny target and its DFlash drafter ...", err=True)
     try:
-        pair = ensure_models(seed=seed)
+        dflash = ensure_upstream_drafter("dflash", seed=seed)
     except (OSError, ValueError) as exc:
         click.echo(f"kvtrace: cannot write the models: {exc}", err=True)
         raise SystemExit(2) from None
-    click.echo(f"    {pair.target.parent}", err=True)
-    click.echo("2/3 capture: real llama.cpp, drafter left stale after a reset ...", err=True)
+    click.echo(f"    {dflash.parent}", err=True)
+    click.echo("2/3 capture: real llama.cpp and its DFlash graph, drafter left stale after a reset ...", err=True)
     config = EngineConfig(fault="stale-drafter", seed=seed, progress=sys.stderr.isatty())
     result = capture_engine(config, out, label="demo-stale-drafter")
     click.echo(

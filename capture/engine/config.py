@@ -24,7 +24,7 @@ class EngineConfig:
     spec_type: str = "draft-dflash"
     requests: int = 3
     cycles: int = 32  # draft/verify cycles per request (a request also ends when its context is full)
-    draft: int = 4  # k, tokens drafted per cycle
+    draft: int = 3  # k, tokens drafted per cycle (upstream's --spec-draft-n-max default)
     seed: int = 0
     target: Path | None = None  # real GGUF paths; both or neither (then the generated tiny pair)
     drafter: Path | None = None

@@ -1,5 +1,8 @@
 """The embedded engine on real llama.cpp: healthy runs keep the drafter at the target's position, and each
-fault makes llama.cpp itself refuse the drafter's batch with its real error, matching the API's truth."""
+fault makes llama.cpp itself refuse the drafter's batch with its real error, matching the API's truth.
+
+draft-dflash runs a real upstream `dflash` drafter through llama.cpp's own DFlash graph; draft-simple a plain
+llama drafter (block: [id_last, mask x k] in one batch; chain: k one-token decodes)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pandas as pd
 import pytest
 
 from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
-from capture.models import ensure_models, sha256_file
+from capture.models import ModelParams, _write_upstream_drafter, ensure_models, ensure_upstream_drafter, sha256_file
 from capture.session import Session, new_session
 
 from .capture_helpers import free_port, run_kvtrace, start_kvtrace, wait_for
@@ -33,6 +36,7 @@ ERROR_BLOCK = re.compile(
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("engine-models")
     ensure_models(path, seed=0)
+    ensure_upstream_drafter("dflash", path, seed=0)
     return path
 
 
@@ -69,9 +73,18 @@ def position_errors(result: EngineResult) -> list[tuple[int, int, int]]:
 # -- healthy ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("draft", "drafting"), [(1, "block"), (4, "block"), (8, "block"), (3, "chain")])
-def test_healthy_drafter_ends_every_cycle_at_the_targets_position(capture, draft: int, drafting: str) -> None:
-    result = capture(fault="none", draft=draft, drafting=drafting, requests=4, cycles=24)
+SIMPLE = "draft-simple"
+DFLASH = "draft-dflash"
+
+
+@pytest.mark.parametrize(
+    ("spec", "draft", "drafting"),
+    [(DFLASH, 1, "block"), (DFLASH, 3, "block"), (DFLASH, 8, "block"),
+     (SIMPLE, 1, "block"), (SIMPLE, 4, "block"), (SIMPLE, 8, "block"), (SIMPLE, 3, "chain")],
+)  # fmt: skip
+def test_healthy_drafter_ends_every_cycle_at_the_targets_position(capture, spec: str, draft: int,
+                                                                   drafting: str) -> None:
+    result = capture(fault="none", spec_type=spec, draft=draft, drafting=drafting, requests=4, cycles=24)
     gt = truth(result)
     assert result.n_failures == 0 and (gt.ret == 0).all()
     assert len(result.cycles) == 4 * 24
@@ -87,10 +100,46 @@ def test_healthy_drafter_ends_every_cycle_at_the_targets_position(capture, draft
 
 
 def test_healthy_acceptance_is_realistic(capture) -> None:
-    result = capture(fault="none", draft=2, requests=4, cycles=48)
+    result = capture(fault="none", spec_type=SIMPLE, draft=2, requests=4, cycles=48)
     assert 0.15 <= result.acceptance <= 0.6
     accepted = {c.n_accepted for c in result.cycles}
     assert {0, 1} <= accepted
+
+
+def test_dflash_drafter_agrees_with_the_target_part_of_the_time(capture) -> None:
+    """The shaped tiny DFlash drafter: its first draft is accepted in about a third of the cycles."""
+    result = capture(fault="none", draft=3, requests=4, cycles=48)
+    first = sum(1 for c in result.cycles if c.n_accepted >= 1) / len(result.cycles)
+    assert 0.25 <= first <= 0.6
+    assert 0.08 <= result.acceptance <= 0.5
+
+
+def test_dflash_cycle_is_upstreams_call_order(capture) -> None:
+    """Per cycle: the noise block [id_last, <mask> x k] at n_past, removed; the target's verify batch at n_past;
+    the injection of its layer inputs into the drafter at the same positions; both caches trimmed to the accepted
+    prefix. The batch dumps show the <mask> rows and the [embd] rows."""
+    result = capture(fault="none", draft=3, requests=4, cycles=24)
+    gt = truth(result)
+    cycles = gt[gt.step != "prompt"].reset_index(drop=True)
+    injected_prompts = gt[(gt.step == "inject") & (gt.n_tokens > 4)]
+    assert len(injected_prompts) == 4, "each prompt's target batch is injected once"
+    cycles = cycles[~cycles.decode.isin(injected_prompts.decode)].reset_index(drop=True)
+    assert list(cycles.step[:6]) == ["noise", "verify", "inject"] * 2
+    assert len(cycles) == 3 * len(result.cycles)
+    for i, c in enumerate(result.cycles):
+        noise, verify, inject = (cycles.iloc[3 * i + j] for j in range(3))
+        assert noise.context == inject.context == "drafter" and verify.context == "target"
+        assert noise.pos_min == verify.pos_min == inject.pos_min == c.pos
+        assert noise.n_tokens == verify.n_tokens == inject.n_tokens == 4
+        assert noise.drafter_kv_max == c.pos + 3  # the noise block is in the cache right after drafting ...
+        assert verify.drafter_kv_max == c.pos - 1  # ... and gone before the target verifies
+        assert c.drafter_kv_max == c.target_kv_max == c.pos + c.n_accepted
+    text = (result.session / "raw.log").read_text(errors="replace")
+    assert re.search(r"\n\S+ D ubatch_print: +\d+: \[embd\], pos = +\d+, n_seq_id = +1, seq_id = \[0\], output = 0\n", text)
+    masks = re.findall(r"\n\S+ D ubatch_print: +(\d+): id = +3 \( +<mask>\), pos = +(\d+)", text)
+    assert masks and {i for i, _ in masks} == {"1", "2", "3"}
+    assert "dflash: contract ok: block_size=16 mask_token=3 n_extract=1" in text
+    assert re.search(r"\n\S+ D  - seq_id 0, draft candidate   0, pos   0: +\d+ \( *[01]\.\d{3}\) '", text)
 
 
 def test_requests_reset_reuse_and_clear(capture) -> None:
@@ -105,6 +154,10 @@ def test_requests_reset_reuse_and_clear(capture) -> None:
     assert starts[2] < starts[1]  # the cleared one starts again from a short prompt
     assert text.count("stop processing: n_tokens = ") == 4
     assert text.count("draft acceptance = ") == 4 and text.count("statistics           dflash: ") == 4
+    injected = truth(result).query("step == 'inject'")
+    # every prompt batch of the target is injected into the drafter at the same positions
+    prompts = truth(result).query("step == 'prompt'")
+    assert set(prompts.pos_min) <= set(injected.pos_min)
 
 
 # -- faults -------------------------------------------------------------------------------------------
@@ -112,7 +165,7 @@ def test_requests_reset_reuse_and_clear(capture) -> None:
 
 @pytest.mark.parametrize(("draft", "drafting"), [(2, "block"), (4, "block"), (16, "block"), (4, "chain")])
 def test_stale_drafter_x_stuck_y_climbing(capture, draft: int, drafting: str) -> None:
-    result = capture(fault="stale-drafter", draft=draft, drafting=drafting, requests=3, cycles=16)
+    result = capture(fault="stale-drafter", spec_type=SIMPLE, draft=draft, drafting=drafting, requests=3, cycles=16)
     gt = truth(result)
     failed = gt[gt.ret != 0]
     errors = position_errors(result)
@@ -138,9 +191,35 @@ def test_stale_drafter_x_stuck_y_climbing(capture, draft: int, drafting: str) ->
         assert re.fullmatch(rb"\S+ E dflash: drafter decode failed with -1", lines[i + 3])
 
 
-@pytest.mark.parametrize(("draft", "drafting"), [(3, "block"), (8, "block"), (4, "chain")])
-def test_no_rollback_leaves_rejected_positions(capture, draft: int, drafting: str) -> None:
-    result = capture(fault="no-rollback", draft=draft, drafting=drafting, requests=2, cycles=24)
+@pytest.mark.parametrize("draft", [2, 3, 8])
+def test_stale_dflash_drafter_refuses_its_noise_block_and_injection(capture, draft: int) -> None:
+    """After the reset the drafter was neither trimmed nor fed the new prompt: its next noise block and the
+    next injection of the target's layer inputs both hit llama.cpp's own Y = X + 1 check, X stuck, Y climbing."""
+    result = capture(fault="stale-drafter", draft=draft, requests=3, cycles=16)
+    gt = truth(result)
+    failed = gt[gt.ret != 0]
+    errors = position_errors(result)
+    assert len(failed) == len(errors) >= 32
+    assert (failed.context == "drafter").all() and (failed.ret == -1).all()
+    assert set(failed.step) == {"noise", "inject"}
+    assert [(x, y) for _, x, y in errors] == list(zip(failed.drafter_kv_max, failed.pos_min, strict=True))
+    first_request = failed[failed.decode < gt[(gt.step == "prompt")].decode.iloc[2]]
+    ys = list(first_request.pos_min)
+    assert ys[0::2] == ys[1::2] == list(range(ys[0], ys[0] + len(ys) // 2))  # noise, inject at each Y
+    assert len({x for _, x, _ in errors}) == 1 and ys[0] > errors[0][1] + 1  # the seed's shape: X < Y - 1
+    assert all(c.draft_ret == 0 for c in result.cycles if c.request == 0)
+    lines = raw_lines(result)
+    for line in failed.line:
+        i = next(j for j in range(line - 1, len(lines)) if lines[j].endswith(b"Y = X + 1"))
+        assert re.fullmatch(rb"\S+ E decode: failed to initialize batch", lines[i + 1])
+        assert re.fullmatch(rb"\S+ E dflash: drafter decode failed with -1", lines[i + 2])
+
+
+@pytest.mark.parametrize(("spec", "draft", "drafting"), [(DFLASH, 3, "block"), (DFLASH, 8, "block"),
+                                                          (SIMPLE, 3, "block"), (SIMPLE, 8, "block"),
+                                                          (SIMPLE, 4, "chain")])
+def test_no_rollback_leaves_rejected_positions(capture, spec: str, draft: int, drafting: str) -> None:
+    result = capture(fault="no-rollback", spec_type=spec, draft=draft, drafting=drafting, requests=2, cycles=24)
     gt = truth(result)
     failed = gt[gt.ret != 0]
     errors = position_errors(result)
@@ -155,6 +234,8 @@ def test_ground_truth_table(capture) -> None:
     result = capture(fault="stale-drafter", draft=4, requests=3, cycles=16)
     gt = truth(result)
     assert tuple(gt.columns) == GROUND_TRUTH_COLUMNS
+    assert set(gt.step) == {"prompt", "verify", "inject", "noise"}
+    assert set(gt[gt.context == "target"].step) == {"prompt", "verify"}
     assert list(gt.decode) == list(range(len(gt)))
     assert set(gt.context) == {"target", "drafter"}
     assert (gt.seq_id == 0).all()
@@ -175,7 +256,9 @@ def test_manifest(capture, cache: Path) -> None:
     assert manifest["kind"] == "engine"
     assert manifest["engine"]["fault"] == "stale-drafter" and manifest["engine"]["draft"] == 4
     assert manifest["models"]["target"]["sha256"] == sha256_file(pair.target)
-    assert manifest["models"]["drafter"]["sha256"] == sha256_file(pair.drafter)
+    assert manifest["models"]["drafter"]["sha256"] == sha256_file(ensure_upstream_drafter("dflash", cache, seed=0))
+    assert manifest["engine"]["spec_type"] == "draft-dflash"
+    assert pair.drafter.name == "drafter.gguf"  # the plain llama drafter stays for draft-simple
     assert manifest["versions"]["llama_cpp_python"] == "0.3.36"
     assert manifest["device"]["ran_on"] == ["CPU"]
     assert manifest["outcome"]["status"] == "ok"
@@ -214,7 +297,23 @@ def test_no_prefix_old_scheme_wording(capture) -> None:
 
 
 def test_upstream_wording(capture) -> None:
-    result = capture(fault="stale-drafter", draft=4, requests=2, cycles=8, flavor="upstream")
+    """Upstream's DFlash: the refused noise block is a warning from draft(), the refused injection an error
+    from process() after which the server logs `failed to process speculative batch` and the request ends."""
+    result = capture(fault="stale-drafter", draft=4, requests=3, cycles=8, flavor="upstream")
+    text = (result.session / "raw.log").read_bytes()
+    assert len(re.findall(rb"\n\S+ W draft: llama_process returned -1\n", text)) == 2
+    refused = re.findall(
+        rb"\n\S+ E process: llama_process\(ctx_dft\) failed rc=-1 \(n_tokens=1, offset=0\)\n"
+        rb"\S+ E srv        decode: failed to process speculative batch\n", text)  # fmt: skip
+    assert len(refused) == 2 and truth(result).ret.ne(0).sum() == 4
+    assert b"common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'" in text
+    assert b"dflash: drafter decode failed" not in text and b"dflash: contract" not in text
+    assert re.search(rb"\n\S+ I slot   operator\(\): id  0 \| task 0 \| new prompt, n_ctx_slot = 8192, ", text)
+    assert re.search(rb"draft acceptance = 0\.\d{5} \( +\d+ accepted / +\d+ generated\), mean len = +\d\.\d\d\n", text)
+
+
+def test_upstream_wording_draft_simple(capture) -> None:
+    result = capture(fault="stale-drafter", spec_type=SIMPLE, draft=4, requests=2, cycles=8, flavor="upstream")
     text = (result.session / "raw.log").read_bytes()
     assert len(re.findall(rb"\n\S+ W draft: llama_decode returned -1\n", text)) == 8
     assert b"dflash: drafter decode failed" not in text
@@ -258,16 +357,47 @@ def test_bad_settings_are_one_line_errors(cache: Path, tmp_path: Path) -> None:
     bogus.write_bytes(b"nope")
     with pytest.raises(EngineError, match="not a GGUF file"):
         run_engine(EngineConfig(target=bogus, drafter=bogus), Session(tmp_path))
+    with pytest.raises(EngineError, match="unknown spec type"):
+        run_engine(EngineConfig(cache_dir=cache, spec_type="draft-mtp"), Session(tmp_path))
+
+
+def test_bad_drafters_are_one_line_errors_before_loading(cache: Path, tmp_path: Path) -> None:
+    """What llama.cpp would abort on (a target layer id at n_layer) or get wrong is refused before it loads."""
+    pair = ensure_models(cache, seed=0)
+    dflash = ensure_upstream_drafter("dflash", cache, seed=0)
+    too_deep = tmp_path / "deep.gguf"  # dflash.target_layers [2] for a 2-layer target
+    _write_upstream_drafter(too_deep, "dflash", ModelParams(target_layers=3), 0)
+    narrow = tmp_path / "narrow.gguf"
+    _write_upstream_drafter(narrow, "dflash", ModelParams(n_embd=32), 0)
+    cases = [
+        (too_deep, DFLASH, r"target_layers \[2\] reach the target's n_layer = 2"),
+        (narrow, DFLASH, r"widths differ \(n_embd 64 vs 32\)"),
+        (pair.drafter, DFLASH, "needs a dflash drafter; drafter.gguf is llama"),
+        (dflash, SIMPLE, "is a dflash model: use --spec-type draft-dflash"),
+    ]
+    for drafter, spec, message in cases:
+        session = Session(tmp_path / drafter.stem / spec)
+        with pytest.raises(EngineError, match=message) as err:
+            run_engine(EngineConfig(target=pair.target, drafter=drafter, spec_type=spec), session)
+        assert "\n" not in str(err.value)
+        assert not session.raw_log.exists(), "nothing ran"
 
 
 def test_real_gguf_paths(cache: Path, tmp_path: Path) -> None:
     pair = ensure_models(cache, seed=0)
     result = run_engine(
-        EngineConfig(target=pair.target, drafter=pair.drafter, fault="none", requests=2, cycles=8), Session(tmp_path)
+        EngineConfig(target=pair.target, drafter=pair.drafter, spec_type=SIMPLE, fault="none", requests=2, cycles=8),
+        Session(tmp_path),
     )
     assert result.n_failures == 0 and len(result.cycles) == 16
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["models"]["target"]["path"] == str(pair.target)
+    # --drafter FILE with a dflash model: the real DFlash flow on the user's files
+    dflash = ensure_upstream_drafter("dflash", cache, seed=0)
+    (tmp_path / "d").mkdir()
+    result = run_engine(EngineConfig(target=pair.target, drafter=dflash, requests=2, cycles=8), Session(tmp_path / "d"))
+    assert result.n_failures == 0 and len(result.cycles) == 16
+    assert {"inject", "noise"} <= set(truth(result).step)
 
 
 # -- CLI ----------------------------------------------------------------------------------------------
