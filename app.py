@@ -18,8 +18,9 @@ import streamlit as st
 
 import analyze
 from analyze.views.bundle import zip_tables
-from analyze.views.dashboard import OPEN_ENV
+from analyze.views.dashboard import FOLLOW_ENV, OPEN_ENV
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.follow import Follower, LiveState
 from analyze.views.overview import overview
 from analyze.views.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
 from analyze.views.rawtext import RawText, capture_seconds, format_excerpt
@@ -34,6 +35,7 @@ SAMPLES = HERE / "samples"
 UPLOAD_TYPES = ["log", "txt", "gz", "md"]
 TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
 RAW_CONTEXT = 20  # lines either side of the chosen one
+LIVE_INTERVAL_S = 1.0  # a followed log's charts and counters update this often
 
 
 @dataclass(slots=True)
@@ -44,6 +46,7 @@ class Source:
     digest: str
     data: bytes | None = None  # uploads and pastes
     path: str | None = None  # files and session folders on this machine
+    live: bool = False  # followed while it is written (kvtrace dashboard --follow)
 
 
 @dataclass(slots=True)
@@ -103,6 +106,18 @@ def _report(digest: str, _result: ParseResult, name: str) -> str:
     return markdown_report(_result, name=name)
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _follower(path: str) -> Follower:
+    # One per path for the whole server: every page and every rerun share its parse, so no byte is parsed twice.
+    return Follower(Path(path), interval_s=LIVE_INTERVAL_S)
+
+
+def live_source(path: str) -> Source:
+    """A log followed while it is written: its key stays the same as it grows, so the user's choices stay."""
+    p = Path(path).expanduser().resolve()
+    return Source(p.name, "live" + _sha256(str(p).encode())[:20], path=str(p), live=True)
+
+
 def open_source(src: Source) -> Opened:
     with st.spinner(f"Reading {src.name} ..."):
         if src.data is not None:
@@ -154,7 +169,12 @@ def gather_sources() -> tuple[list[Source], list[str]]:
     problems: list[str] = []
     st.sidebar.header("Open a log")
     opened_path = os.environ.get(OPEN_ENV, "").strip()
-    if opened_path:
+    if opened_path and os.environ.get(FOLLOW_ENV) == "1":
+        followed = live_source(opened_path)
+        sources.append(followed)
+        st.sidebar.caption("Following, from the command line:")
+        st.sidebar.code(followed.path or "", language=None)
+    elif opened_path:
         got = path_source(opened_path)
         if isinstance(got, str):
             problems.append(got)
@@ -265,12 +285,14 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
     lo, hi = _x_extent(result, axis)
     if lo is None or hi is None or hi <= lo:
         return seq_id, None, tol
-    slider_key = f"range-{key}-{seq_id}"
+    # The chosen range lives under its own key: the slider's bounds grow with a followed log (a new widget
+    # each time), and a range the user chose stays; the whole range follows the log as it grows.
+    zoom_key = f"zoom-{key}-{seq_id}"
     div = first_divergence(result, seq_id, axis, tol)
     if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
-        width = max((hi - lo) * 0.08, 1.0 if axis.kind == "line" else 1e-6)
-        a, b = max(lo, div.x - width), min(hi, div.x + width)
-        st.session_state[slider_key] = (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
+        st.session_state[zoom_key] = _around(div.x, lo, hi, 0.08, axis)
+    if st.session_state.pop(f"jump-error-{key}", False) and (ex := _first_error_x(result, seq_id, axis)) is not None:
+        st.session_state[zoom_key] = _around(ex, lo, hi, 0.04, axis)
     fmt = None
     step: float
     if axis.kind == "line":
@@ -278,12 +300,36 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
     else:
         step = max((hi - lo) / 1000, 1e-6)
         fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
-    if slider_key not in st.session_state:
-        st.session_state[slider_key] = (lo, hi)
-    # a (low, high) pair: the slider's value is the range put in session_state above
-    rng = cast(tuple[float, float], c3.slider(axis.title, min_value=lo, max_value=hi, step=step, key=slider_key,
-                                              format=fmt))
+    zoom = st.session_state.get(zoom_key)
+    value = (max(lo, zoom[0]), min(hi, zoom[1])) if zoom is not None and zoom[0] < hi else (lo, hi)
+    slider_key = f"range-{key}-{seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
+    rng = cast(tuple[float, float], c3.slider(
+        axis.title, min_value=lo, max_value=hi, value=value, step=step, key=slider_key, format=fmt,
+        on_change=_keep_zoom, args=(slider_key, zoom_key, (lo, hi)),
+    ))  # fmt: skip
     return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
+
+
+def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[float, float]:
+    width = max((hi - lo) * share, 1.0 if axis.kind == "line" else 1e-6)
+    a, b = max(lo, x - width), min(hi, x + width)
+    return (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
+
+
+def _keep_zoom(slider_key: str, zoom_key: str, full: tuple[float, float]) -> None:
+    chosen = tuple(st.session_state[slider_key])
+    st.session_state[zoom_key] = None if chosen == full else chosen
+
+
+def _first_error_x(result: ParseResult, seq_id: int | None, axis: XAxis) -> float | None:
+    err = result.errors
+    err = err[err["last_pos"].notna() | err["batch_start"].notna()]
+    if seq_id is not None:
+        err = err[(err["seq_id"] == seq_id) | err["seq_id"].isna()]
+    if not len(err):
+        return None
+    x = axis.of(err["line"].iloc[:1], err["t"].iloc[:1])
+    return float(x[0]) if np.isfinite(x[0]) else None
 
 
 def _x_extent(result: ParseResult, axis: XAxis) -> tuple[float | None, float | None]:
@@ -323,6 +369,7 @@ def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
         return None
     seq_id, x_range, tol = chart_controls(op, axis, key)
     fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
+    fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
     st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
     left, right = st.columns(2)
     with left:
@@ -435,6 +482,63 @@ def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+# ---- following a capture while it runs ------------------------------------------------------------
+
+
+def _jump_to_error(key: str) -> None:
+    st.session_state[f"jump-error-{key}"] = True
+
+
+def show_live_status(state: LiveState, src: Source, key: str) -> None:
+    """Where the followed log stands: still written, ended (and why), gone; the first position error."""
+    for note in state.notices:
+        st.warning(escape(note))
+    name = escape(src.name)
+    if state.waiting:
+        st.info(f"Following {name}: waiting for the capture to write raw.log (nothing yet).")
+    elif state.ended:
+        why = {"until-error": "it stopped at the first decode failure (--until-error), after its grace period",
+               "killed": "its process is gone"}.get(state.stop_reason or "", escape(state.stop_reason or "done"))
+        st.success(f"The capture has ended ({why}): this is the whole log, read {state.bytes_read / 1e6:,.1f} MB.")
+    else:
+        quiet = f"; nothing new for {state.idle_s:.0f} s" if state.idle_s >= 10 else ""
+        st.caption(f"Following {name} while it is written: {state.bytes_read / 1e6:,.1f} MB read, "
+                   f"updated every {LIVE_INTERVAL_S:g} s{quiet}.")
+    result = state.result
+    if result is None or not result.verdict.n_position_errors:
+        return
+    pos = result.errors[result.errors["last_pos"].notna() | result.errors["batch_start"].notna()]
+    first = pos.iloc[0]
+    what = " ".join(f"{k} = {int(v)}" for k, v in (("X", first["last_pos"]), ("Y", first["batch_start"]))
+                    if not pd.isna(v))
+    side = "" if pd.isna(first["component"]) else f" ({escape(str(first['component']))})"
+    c1, c2 = st.columns([4, 1])
+    c1.error(f"Position error logged at line {int(first['line'])}{side}: {what}. "
+             f"{result.verdict.n_position_errors:,} so far.")
+    c2.button("Jump to the first position error", key=f"jump-error-button-{key}", on_click=_jump_to_error,
+              args=(key,))
+
+
+@st.fragment(run_every=LIVE_INTERVAL_S)
+def live_view(src: Source) -> None:
+    """The part of the page that updates by itself: status, verdict and charts (tables wait for the end)."""
+    state = _follower(src.path or "").poll()
+    if state.ended:
+        st.rerun()  # the whole page, as for a finished log
+    key = src.digest[:12]
+    show_live_status(state, src, key)
+    result = state.result
+    if result is None:
+        return
+    if result.verdict.kind == "no_log":
+        st.info(f"No llama.cpp log lines yet in {result.lines:,} lines.")
+        return
+    op = Opened(src, result, None)
+    axis = choose_axis(result)
+    show_verdict(op, axis)
+    show_charts(op, axis, key)
+
+
 def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
@@ -452,7 +556,22 @@ def main() -> None:
     other = [i for i in range(len(sources)) if i != pick]
     cmp_pick = st.sidebar.selectbox("Compare with", [None, *other], key="compare-with",
                                     format_func=lambda i: "(nothing)" if i is None else names[i])
-    op = open_source(sources[pick])
+    src = sources[pick]
+    if src.live:
+        state = _follower(src.path or "").poll()
+        if not state.ended:
+            st.caption(f"Source: {escape(src.name)} (live)")
+            live_view(src)
+            if state.result is not None and state.result.verdict.kind != "no_log":
+                st.subheader("Tables")
+                st.caption("As of this page's last full run; the tables, the raw log and the downloads are "
+                           "complete once the capture ends.")
+                show_tables(Opened(src, state.result, None), src.digest[:12])
+            return
+        show_live_status(state, src, src.digest[:12])
+        op = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
+    else:
+        op = open_source(src)
     st.caption(f"Source: {escape(op.source.name)}")
     if op.error is not None:
         st.error(escape(f"{op.source.name}: {op.error}"))

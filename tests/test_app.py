@@ -9,6 +9,7 @@ import base64
 import gzip
 import json
 import re
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+
+import analyze
 
 from analyze.views.dashboard import OPEN_ENV
 
@@ -289,3 +292,53 @@ def test_a_log_without_positions_says_how_to_get_them() -> None:
     assert "Verdict: draft stats only" in _texts(at)
     assert any("no KV positions to draw" in i.value and "LLAMA_BATCH_DEBUG=1" in i.value for i in at.info)
     assert not any(s.key and s.key.startswith("range-") for s in at.slider)
+
+
+def test_follow_a_capture_while_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--follow: each page run reads only what was added; counters grow, the first position error shows as
+    soon as it is written, a zoom stays, and once the manifest says the capture ended it is a finished log."""
+    from analyze.views.dashboard import FOLLOW_ENV
+
+    session = tmp_path / "live"
+    session.mkdir()
+    (session / "manifest.json").write_text(json.dumps({"kind": "engine", "kvtrace_pid": 1}))  # no host: not judged
+    monkeypatch.setenv(OPEN_ENV, str(session))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = _app()  # no raw.log yet: a notice, no error
+    assert any("waiting for the capture to write raw.log" in i.value for i in at.info)
+    raw = (STALE / "raw.log").read_bytes()
+    lines = raw.splitlines(keepends=True)
+    first_error = int(analyze.parse(raw).errors["line"].iloc[0])
+    log = session / "raw.log"
+    batches = []
+    for cut in (first_error - 200, first_error + 2, len(lines) * 3 // 4):
+        log.write_bytes(b"".join(lines[:cut]))
+        time.sleep(1.0)  # the page rebuilds the tables at most about once a second
+        at.run()
+        assert not at.exception
+        metrics = {m.label: m.value for m in at.metric}
+        batches.append(int(metrics["Batches"].replace(",", "")))
+        if len(batches) == 1:
+            assert metrics["Position errors"] == "0"
+            before = next(s for s in at.slider if s.key and s.key.startswith("range-")).value
+        if len(batches) == 2:
+            assert metrics["Position errors"] != "0"
+            assert any(f"Position error logged at line {first_error}" in e.value for e in at.error)
+            slider = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+            assert slider.value[0] == before[0] and slider.value[1] > before[1]  # not zoomed: it grew with the log
+            zoom = (slider.value[0], (slider.value[0] + slider.value[1]) / 2)
+            slider.set_value(zoom)
+            at.run()
+    slider = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+    assert tuple(slider.value) == zoom  # zoomed: the range stayed
+    assert batches == sorted(batches) and batches[0] < batches[-1]
+    assert "Raw log" not in [s.value for s in at.subheader]
+    log.write_bytes(raw)
+    (session / "manifest.json").write_text(json.dumps({"kind": "engine", "ended": "now", "outcome": {"status": "ok"}}))
+    at.run()
+    assert not at.exception
+    assert any("The capture has ended" in s.value for s in at.success)
+    metrics = {m.label: m.value for m in at.metric}
+    assert int(metrics["Batches"].replace(",", "")) > batches[-1]
+    assert "Raw log" in [s.value for s in at.subheader]
+    assert tuple(next(s for s in at.slider if s.key and s.key.startswith("range-")).value) == zoom
