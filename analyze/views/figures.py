@@ -220,6 +220,22 @@ def _vertical_band_trace(x0: np.ndarray, x1: np.ndarray, lo: float, hi: float) -
     return xs, ys
 
 
+def _reset_trace(fig: go.Figure, resets: pd.DataFrame, lo: float, hi: float, suffix: str = "",
+                 col: int | None = None) -> None:
+    """Resets as dotted vertical lines from lo to hi (every one drawn, never downsampled)."""
+    if not len(resets):
+        return
+    xs, ys = _segments(resets["x"].to_numpy(float), np.full(len(resets), lo), np.full(len(resets), hi))
+    trace = go.Scatter(
+        x=xs, y=ys, mode="lines", name=f"reset{suffix}", line={"color": COLOURS["reset"], "width": 1, "dash": "dot"},
+        customdata=np.repeat(resets["line"].to_numpy(), 3), hovertemplate="reset at line %{customdata}<extra></extra>",
+    )  # fmt: skip
+    if col:
+        fig.add_trace(trace, row=1, col=col)
+    else:
+        fig.add_trace(trace)
+
+
 def position_figure(
     result: ParseResult,
     *,
@@ -252,14 +268,7 @@ def position_figure(
             x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor=COLOURS["divergence"],
             name=f"drafter and target apart (> {tol:g})", hoverinfo="skip",
         ))  # fmt: skip
-    resets = _resets(result, seq_id, axis, x_range)
-    if len(resets):
-        xs, ys = _segments(resets["x"].to_numpy(float), np.full(len(resets), lo), np.full(len(resets), hi))
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", name="reset", line={"color": COLOURS["reset"], "width": 1, "dash": "dot"},
-            customdata=np.repeat(resets["line"].to_numpy(), 3),
-            hovertemplate="reset at line %{customdata}<extra></extra>",
-        ))  # fmt: skip
+    _reset_trace(fig, _resets(result, seq_id, axis, x_range), lo, hi)
     fig.update_layout(
         title=html.escape(title) if title else None,
         xaxis_title=axis.title, yaxis_title="KV position", height=520, hovermode="closest",
@@ -345,12 +354,20 @@ def compare_figure(
     """Two sources side by side, sharing one position axis (say before and after a fix)."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=[html.escape(n) for n in names])
+    lo, hi = np.inf, -np.inf
+    resets = []
     for col, (res, suffix) in enumerate(((a, " (A)"), (b, " (B)")), start=1):
         axis = choose_axis(res)
-        _position_traces(fig, res, seq_id, axis, None, max_points, suffix=suffix, col=col,
-                         dash=None if col == 1 else "dash")
-        _error_traces(fig, res, seq_id, axis, None, suffix=suffix, col=col, labels=False)
+        plo, phi = _position_traces(fig, res, seq_id, axis, None, max_points, suffix=suffix, col=col,
+                                    dash=None if col == 1 else "dash")
+        elo, ehi = _error_traces(fig, res, seq_id, axis, None, suffix=suffix, col=col, labels=False)
+        lo, hi = min(lo, plo, elo), max(hi, phi, ehi)
+        resets.append(_resets(res, seq_id, axis, None))
         fig.update_xaxes(title_text=axis.title, row=1, col=col)
+    # Resets span the shared position axis, so they are drawn once both sides' extents are known.
+    lo, hi = (lo, hi) if np.isfinite(lo) else (0.0, 1.0)
+    for col, (found, suffix) in enumerate(zip(resets, (" (A)", " (B)"), strict=True), start=1):
+        _reset_trace(fig, found, lo, hi, suffix=suffix, col=col)
     fig.update_yaxes(title_text="KV position", row=1, col=1)
     fig.update_layout(height=480, legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0},
                       margin={"l": 60, "r": 20, "t": 80, "b": 50})

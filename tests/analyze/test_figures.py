@@ -107,3 +107,18 @@ def test_a_stored_max_that_drops_is_counted_and_drawn_as_a_reset() -> None:
     result = analyze.parse("\n".join(lines).encode())
     assert list(result.events.kind) == ["kv_drop"]
     assert overview(result).n_resets == _reset_markers(position_figure(result)) == 1
+
+
+def test_compare_draws_each_sides_resets() -> None:
+    a = analyze.parse(ROOT / "samples" / "stale-drafter")
+    b = analyze.parse(HEALTHY)
+    fig = compare_figure(a, b, names=("before", "after"), seq_id=0)
+    for side, result in (("A", a), ("B", b)):
+        trace = _trace(fig, f"reset ({side})")
+        assert trace is not None, side
+        n = overview(result).n_resets
+        assert n > 0 and len(_decode(trace["y"])) == 3 * n
+        assert trace["xaxis"] == ("x" if side == "A" else "x2")
+    # Both sides' resets span the shared position axis: from below the lowest to above the highest drawn.
+    ys = np.concatenate([_decode(_trace(fig, f"reset ({s})")["y"]) for s in "AB"])
+    assert np.nanmin(ys) <= 0 and np.nanmax(ys) >= max(a.batches["pos_max"].max(), b.batches["pos_max"].max())
