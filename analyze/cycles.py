@@ -11,7 +11,6 @@ stored before it).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.definitions import CYCLE_BOUNDARIES
+from analyze.records import detail_of
 from analyze.spec import NONE, keeping
 
 if TYPE_CHECKING:
@@ -152,8 +152,8 @@ def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[fl
     n_steps = len(steps)
     mean_len: float | None = None
     per_pos: list[float] = []
-    for text in ev.loc[ev["kind"] == "draft_stats", "detail"]:
-        d = json.loads(text)
+    for text in ev.loc[ev["kind"] == "draft_stats", "detail"]:  # a few lines per request
+        d = detail_of(text)
         for key in ("mean_len", "mean_acc_len"):
             if d.get(key):
                 mean_len = float(d[key])
@@ -163,7 +163,7 @@ def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[fl
             except ValueError:
                 per_pos = []
     if mean_len is None and n_steps:
-        acc = sum(int(json.loads(t)["accepted"]) for t in steps["detail"])
+        acc = int(steps["accepted"].fillna(0).sum())
         mean_len = round(1 + acc / n_steps, 3)
     return n_steps, mean_len, per_pos
 

@@ -6,7 +6,9 @@ compact arrays; failures and events are few and kept as small records.
 
 from __future__ import annotations
 
+import json
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +55,9 @@ class Failure:
 
 @dataclass(slots=True)
 class Event:
+    """One event line. What consumers read is decoded here, once; `detail` keeps every field as JSON text
+    for export (a dict per event would dominate memory on a big log)."""
+
     line: int
     t: float
     kind: str
@@ -60,6 +65,60 @@ class Event:
     seq_id: int | None
     pos: int | None
     detail: str  # JSON object
+    pattern: str = ""  # the pattern table entry that matched
+    slot: int | None = None  # the server slot and task the line names
+    task: int | None = None
+    accepted: int | None = None  # draft tokens accepted and drafted, whatever the wording (draft_counts)
+    generated: int | None = None
+
+
+# draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
+SUMMED_STATS = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
+                "json_draft_accepted", "adaptive_depth")
+
+
+def int_or_none(v: Any) -> int | None:
+    """A detail field as an int, or None where it is missing or not a number."""
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def draft_counts(kind: str, pattern: str, detail: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(accepted, generated) draft tokens of a draft statistic or a verify step, from its own wording's fields;
+    None where the line does not say."""
+    if kind == "accepted":  # the server's per-step `accepted N/M draft tokens`
+        return int_or_none(detail.get("accepted")), int_or_none(detail.get("drafted"))
+    if kind != "draft_stats":
+        return None, None
+    if pattern == "spec_statistics":
+        return int_or_none(detail.get("acc_tokens")), int_or_none(detail.get("gen_tokens"))
+    if pattern == "draft_acceptance":
+        return int_or_none(detail.get("accepted")), int_or_none(detail.get("generated"))
+    if pattern in SUMMED_STATS:
+        generated = detail.get("generated", 0) or detail.get("produced", 0)
+        return int_or_none(detail.get("accepted", 0)), int_or_none(generated)
+    return None, None
+
+
+def detail_of(text: object) -> dict[str, Any]:
+    """An event's `detail` JSON, decoded (a missing or malformed one reads as empty): for consumers that
+    need a field no column carries, or the whole thing (trace export)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def lines_of(text: object) -> list[tuple[int, str]]:
+    """A failure's `lines` JSON (line number, text), decoded (a missing or malformed one reads as empty)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else []
+    except ValueError:
+        return []
+    return [(int(n), str(t)) for n, t in value] if isinstance(value, list) else []
 
 
 @dataclass(slots=True)

@@ -11,7 +11,6 @@ build) are reduced to a safe alphabet and shown inside code spans.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
-from analyze.records import opt_int
+from analyze.records import lines_of, opt_int
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
@@ -96,7 +95,7 @@ def env_of(result: ParseResult) -> Env:
         parallel = None
     kvu = _flag(flags, "--kv-unified", "-kvu")
     ev, err = result.events, result.errors
-    patterns = {json.loads(d).get("pattern") for d in ev["detail"]} if len(ev) else set()
+    patterns = set(ev["pattern"].dropna()) if len(ev) else set()
     dflash = ("dflash" in str(spec).lower() or bool((ev["kind"] == "dflash").any())
               or bool(err["evidence"].fillna("").str.contains("dflash", case=False).any())
               or bool(patterns & {"dflash_clear_stale", "dflash_clear_seq", "dflash_histogram"}))
@@ -182,7 +181,7 @@ def _positions(result: ParseResult) -> pd.DataFrame:
 def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
     """The X and Y lines of one failure block (and its caller line), from the reader's kept lines."""
     keep = []
-    for n, text in json.loads(row["lines"]):
+    for n, text in lines_of(row["lines"]):
         if "is X =" in text or "starting position of Y" in text or "M-RoPE" in text or "consecutive" in text:
             keep.append((int(n), text.strip()))
     ev_line = opt_int(row["evidence_line"])
@@ -192,7 +191,7 @@ def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
 
 
 def _block_lines(row: pd.Series, limit: int = 4) -> list[tuple[int, str]]:
-    return [(int(n), t.strip()) for n, t in json.loads(row["lines"])[:limit]]
+    return [(int(n), t.strip()) for n, t in lines_of(row["lines"])[:limit]]
 
 
 def _complete(pos: pd.DataFrame) -> pd.DataFrame:
@@ -202,10 +201,10 @@ def _complete(pos: pd.DataFrame) -> pd.DataFrame:
 def _slots(result: ParseResult) -> list[tuple[int, int]]:
     """(line, slot id) of every server slot line the reader kept (events detail `slot`)."""
     out = []
-    for line, text in zip(result.events["line"], result.events["detail"], strict=True):
-        slot = json.loads(text).get("slot")
-        if slot is not None:
-            out.append((int(line), int(slot)))
+    ev = result.events
+    ev = ev[ev["slot"].notna()]
+    for line, slot in zip(ev["line"], ev["slot"], strict=True):
+        out.append((int(line), int(slot)))
     return out
 
 
@@ -284,7 +283,7 @@ def rule_parallel_slot(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def _slot_lines(row: pd.Series) -> list[tuple[int, str]]:
-    return [(int(n), t.strip()) for n, t in json.loads(row["lines"]) if "send_error" in t][:3]
+    return [(int(n), t.strip()) for n, t in lines_of(row["lines"]) if "send_error" in t][:3]
 
 
 NOT_CONTINUOUS = ("not_continuous", "decreasing", "diverged", "incompatible_sets", "coupled_split")
@@ -321,8 +320,8 @@ def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
     if rows.empty:
         return None
     row = rows.iloc[0]
-    shifts = [int(n) for n, d in zip(result.events["line"], result.events["detail"], strict=True)
-              if json.loads(d).get("pattern") == "context_shift"]
+    ev = result.events
+    shifts = [int(n) for n in ev.loc[ev["pattern"] == "context_shift", "line"]]
     return Match(f"the {row['component']} KV cache had no room ({row['variant']}"
                  f"{', ret = ' + str(opt_int(row['ret'])) if opt_int(row['ret']) is not None else ''}); "
                  f"{len(rows)} such failure{'s' if len(rows) != 1 else ''}, {len(shifts)} context shift"

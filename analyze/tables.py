@@ -5,7 +5,8 @@ Columns (issue "Log reader"):
   (one row per input batch and sequence in it: almost always one row per batch)
 - kv: line, t, context, cache_size, stream, seq_id, pos_min, pos_max
 - errors: line, t, kind, variant, seq_id, last_pos, batch_start, ret, component, evidence (+ evidence_line, batch)
-- events: line, t, kind, context, seq_id, pos, detail (JSON text)
+- events: line, t, kind, context, seq_id, pos, pattern, slot, task, accepted, generated, detail (JSON text: every
+  field of the line, for export; what consumers read has its own column)
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id"
 KV_COLUMNS = ["line", "t", "context", "cache_size", "stream", "seq_id", "pos_min", "pos_max"]
 ERROR_COLUMNS = ["line", "t", "kind", "variant", "seq_id", "last_pos", "batch_start", "ret", "component",
                  "evidence", "evidence_line", "batch", "lines"]
-EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "detail"]
+EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "pattern", "slot", "task", "accepted", "generated",
+                 "detail"]
 CONTEXT_DTYPE = pd.CategoricalDtype(["target", "drafter", "unknown"])
 
 
@@ -160,9 +162,14 @@ def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
         "context": drop.context.astype(str).values,
         "seq_id": drop.seq_id.values,
         "pos": drop.pos_max.values,
+        "pattern": "kv_drop",
+        "slot": None,
+        "task": None,
+        "accepted": None,
+        "generated": None,
         "detail": [json.dumps({"from": int(a), "to": int(b), "cache_size": int(c)})
                    for a, b, c in zip(before.values, drop.pos_max.values, drop.cache_size.values, strict=True)],
-    })
+    }, columns=EVENT_COLUMNS)
 
 
 def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
@@ -174,11 +181,18 @@ def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
         "context": pd.Categorical([e.context for e in es], dtype=CONTEXT_DTYPE),
         "seq_id": _column([e.seq_id for e in es], "Int64"),
         "pos": _column([e.pos for e in es], "Int64"),
+        "pattern": _column([e.pattern for e in es], "string"),
+        "slot": _column([e.slot for e in es], "Int64"),
+        "task": _column([e.task for e in es], "Int64"),
+        "accepted": _column([e.accepted for e in es], "Int64"),
+        "generated": _column([e.generated for e in es], "Int64"),
         "detail": _column([e.detail for e in es], "string"),
     }, columns=EVENT_COLUMNS)
     drops = kv_drops(kv)
     if not drops.empty:
-        drops = drops.astype({"line": "Int64", "seq_id": "Int64", "pos": "Int64", "kind": "string", "detail": "string"})
+        drops = drops.astype({"line": "Int64", "seq_id": "Int64", "pos": "Int64", "kind": "string", "pattern": "string",
+                              "slot": "Int64", "task": "Int64", "accepted": "Int64", "generated": "Int64",
+                              "detail": "string"})
         drops["context"] = pd.Categorical(drops["context"], dtype=CONTEXT_DTYPE)
         df = pd.concat([df, drops], ignore_index=True).sort_values("line", kind="stable", ignore_index=True)
     return df

@@ -6,14 +6,13 @@ draft_stats_only > other > no_log, the most serious thing in the log winning.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from analyze.definitions import reset_events, stale_drafter
-from analyze.records import opt_int
+from analyze.records import SUMMED_STATS, lines_of, opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
@@ -48,34 +47,16 @@ class Verdict:
 def acceptance(events: pd.DataFrame) -> dict[str, Any]:
     """Draft acceptance summed over the log, from whichever wording it printed."""
     stats = events[events.kind == "draft_stats"]
-    acc = gen = 0
-    seen = False
-    for d in stats.detail:
-        detail = json.loads(d)
-        if detail.get("pattern") == "draft_acceptance":
-            acc += int(detail["accepted"])
-            gen += int(detail["generated"])
-            seen = True
-    if not seen:
-        for d in stats.detail:
-            detail = json.loads(d)
-            if detail.get("pattern") == "spec_statistics":
-                acc += int(detail["acc_tokens"])
-                gen += int(detail["gen_tokens"])
-                seen = True
-            elif detail.get("pattern") in ("cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
-                                           "json_draft_accepted", "adaptive_depth"):
-                acc += int(detail.get("accepted", 0))
-                gen += int(detail.get("generated", 0) or detail.get("produced", 0))
-                seen = True
     steps = events[events.kind == "accepted"]
-    if not seen and not steps.empty:
-        details = [json.loads(d) for d in steps.detail]
-        acc = sum(int(d["accepted"]) for d in details)
-        gen = sum(int(d["drafted"]) for d in details)
-        seen = True
-    if not seen:
+    # per request if the log has them, else the run's totals in any wording, else the per-step lines
+    rows = stats[stats.pattern == "draft_acceptance"]
+    if rows.empty:
+        rows = stats[stats.pattern.isin(SUMMED_STATS)]
+    if rows.empty:
+        rows = steps
+    if rows.empty:
         return {}
+    acc, gen = int(rows.accepted.fillna(0).sum()), int(rows.generated.fillna(0).sum())
     return {"accepted": acc, "generated": gen, "rate": round(acc / gen, 5) if gen else None,
             "per_step_lines": int(len(steps))}
 
@@ -83,7 +64,7 @@ def acceptance(events: pd.DataFrame) -> dict[str, Any]:
 def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any]]:
     if row is None:
         return []
-    lines = json.loads(row["lines"])
+    lines = lines_of(row["lines"])
     if len(lines) > 8:  # the start and the end of a long run (retries) say the most
         lines = lines[:4] + lines[-3:]
     out = [{"line": int(n), "text": text.strip()} for n, text in lines]
@@ -98,8 +79,8 @@ def _add_line(evidence: list[dict[str, Any]], line: int | None, errors: pd.DataF
     if line is None or any(e["line"] == line for e in evidence):
         return
     for text in errors["lines"]:
-        for n, t in json.loads(text):
-            if int(n) == line:
+        for n, t in lines_of(text):
+            if n == line:
                 evidence.append({"line": line, "text": t.strip()})
                 return
     hit = errors[errors["evidence_line"] == line]
@@ -197,7 +178,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
                        "before serving.")
             verdict_kind = "other"
         else:
-            lines = json.loads(first["lines"])
+            lines = lines_of(first["lines"])
             what = lines[0][1].strip()[:200] if lines else str(first["evidence"] or first["variant"])
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"

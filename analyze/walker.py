@@ -23,6 +23,8 @@ from analyze.records import (
     Event,
     Failure,
     KvColumns,
+    draft_counts,
+    int_or_none,
 )
 
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
@@ -431,7 +433,9 @@ class Walker:
         t, _ = self._time(line)
         # kept as JSON text at once: a dict per event would dominate memory on a big log
         text = readable(json.dumps(detail, sort_keys=True, ensure_ascii=False))
-        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text))
+        accepted, generated = draft_counts(p.kind, p.name, detail)
+        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name,
+                                 int_or_none(detail.get("slot")), int_or_none(detail.get("task")), accepted, generated))
 
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
         meta = self.meta

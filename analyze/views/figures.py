@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyze.definitions import reset_events
+from analyze.records import detail_of
 from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
-from analyze.views.overview import details
 from analyze.views.positions import (
     XAxis,
     apart,
@@ -314,9 +314,8 @@ def acceptance_figure(result: ParseResult) -> go.Figure | None:
     """Accepted draft tokens per cycle where the log prints them, else acceptance per draft position."""
     ev = result.events
     cycles = ev[ev["kind"] == "accepted"]
-    rows = [(d.get("accepted"), d.get("drafted")) for d in details(cycles)]
-    acc = np.array([float(a) if a is not None else np.nan for a, _ in rows])
-    drafted = np.array([float(g) if g is not None else np.nan for _, g in rows])
+    acc = floats(cycles["accepted"])
+    drafted = floats(cycles["generated"])
     if acc.size and not np.isnan(acc).all():
         fig = go.Figure()
         counts = pd.Series(acc[~np.isnan(acc)]).value_counts().sort_index()
@@ -330,7 +329,7 @@ def acceptance_figure(result: ParseResult) -> go.Figure | None:
         )
         return fig
     stats = ev[ev["kind"] == "draft_stats"]
-    for d in reversed(details(stats)):
+    for d in reversed([detail_of(text) for text in stats["detail"]]):  # a few lines per request
         text = d.get("acc_per_pos")
         if not text:
             continue

@@ -6,7 +6,6 @@ counts and the first divergence, which need the position tables.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,18 +36,6 @@ class Overview:
             return "not in the log"
         rate = f"{a['rate']:.1%}" if a.get("rate") is not None else "n/a"
         return f"{rate} ({a.get('accepted')} accepted / {a.get('generated')} drafted)"
-
-
-def details(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """The events' `detail` JSON, decoded (a malformed one reads as empty)."""
-    out = []
-    for text in events["detail"]:
-        try:
-            value = json.loads(text) if isinstance(text, str) and text else {}
-        except ValueError:
-            value = {}
-        out.append(value if isinstance(value, dict) else {})
-    return out
 
 
 def overview(result: ParseResult) -> Overview:

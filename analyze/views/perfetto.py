@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.definitions import reset_events
+from analyze.records import detail_of
 from analyze.views.positions import choose_axis, sequences, stored_positions
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def trace(result: ParseResult) -> dict[str, Any]:
     for row in reset_events(ev).itertuples():
         ctx = str(row.context) if str(row.context) in TIDS else "unknown"
         marks.append((int(row.line), row.t, ctx, str(row.kind), {
-            "line": int(row.line), "seq_id": _opt(row.seq_id), "pos": _opt(row.pos), "detail": json.loads(row.detail)}))
+            "line": int(row.line), "seq_id": _opt(row.seq_id), "pos": _opt(row.pos), "detail": detail_of(row.detail)}))
     marks.sort(key=lambda m: m[0])
     if marks:
         x = axis.of(np.array([m[0] for m in marks]), np.array([np.nan if m[1] is None else m[1] for m in marks],

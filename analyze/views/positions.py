@@ -8,7 +8,6 @@ the stored position of the side that failed, so it is added to that side.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -205,7 +204,7 @@ def default_tolerance(result: ParseResult) -> float:
     b = result.batches
     if keeping(result.meta) == OWN:
         ev = result.events
-        drafted = [int(json.loads(text).get("drafted", 0)) for text in ev.loc[ev["kind"] == "accepted", "detail"]]
+        drafted = [int(n) for n in ev.loc[ev["kind"] == "accepted", "generated"].fillna(0)]
         if drafted and max(drafted) > 0:  # the server's `accepted N/M draft tokens`: M is the draft
             return float(max(drafted))
         t = b[b["context"] == "target"]
