@@ -21,6 +21,7 @@ import pandas as pd
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
 from analyze.records import lines_of, opt_int
+from analyze.verdict import failing_side
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
@@ -329,6 +330,149 @@ def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "context_shifts": len(shifts)}, key=str(row["variant"]))
 
 
+# ---- rules for the families seen in real reports beyond speculation (issue 15) -------------------------
+
+def _side(result: ParseResult, row: pd.Series) -> str:
+    """The failing side of one error row, by the verdict's rules (a log without speculation: the target)."""
+    return failing_side(row, str(row["component"]), bool(result.meta.get("speculative")))[0]
+
+
+def _before(result: ParseResult, line: int, kinds: tuple[str, ...]) -> bool:
+    """Whether an event of one of these kinds comes before a log line (a request was being served)."""
+    ev = result.events
+    return bool(((ev["line"] < line) & ev["kind"].isin(kinds)).any())
+
+
+MM_WINDOW = 30  # lines around a failure in which an image chunk or a find_slot hole counts as its cause
+REQUEST_EVENTS = ("new_prompt", "prompt_done", "accepted", "draft_stats", "stop")
+
+
+def rule_multimodal(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    fails = err[err["kind"].isin(["inconsistent_positions", "decode_failed"])]
+    ev = result.events
+    mm = ev[ev["kind"].isin(["mm", "kv_warning"])]
+    if fails.empty or mm.empty:
+        return None
+    for _, row in fails.iterrows():
+        line = int(row["line"])
+        near = mm[(mm["line"] > line - MM_WINDOW) & (mm["line"] < line + MM_WINDOW)]
+        if near.empty:
+            continue
+        holes = near[near["kind"] == "kv_warning"]
+        cause = "find_slot position holes" if len(holes) else "an image chunk"
+        first = int(near.iloc[0]["line"])
+        return Match(f"a {_side(result, row)} batch failed ({row['variant']}) next to {cause} (line {first}): "
+                     "the multimodal chunk's positions left a hole or an overlap in the sequence.",
+                     tuple(_block_lines(row)), {"mm_line": first, "n": len(fails)},
+                     key="find_slot" if len(holes) else "image")
+    return None
+
+
+def rule_target_positions(result: ParseResult, _c: CycleStats) -> Match | None:
+    pos = _positions(result)
+    for _, row in pos.iterrows():
+        if _side(result, row) == "target":
+            x = opt_int(row["last_pos"])
+            return Match(f"the target refused its own batch for sequence {opt_int(row['seq_id'])} "
+                         f"({RULE_NAMES.get(str(row['variant']), row['variant'])}, X = {x}): the server's idea of "
+                         "the slot's positions and the target's KV cache disagree.",
+                         tuple(_xy_lines(row)), {"x": x, "y": opt_int(row["batch_start"])}, key=str(row["variant"]))
+    return None
+
+
+RULE_NAMES = {"consecutive": "Y = X + 1", "unclosed": "closing line cut off"}
+SPEC_INIT = re.compile(r"common_speculative_(?:impl_\w+|init\w*):|ctx_dft=")
+
+
+def rule_draft_load(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["kind"] == "load"]
+    if rows.empty:
+        # an abort decided by the speculative implementation's init lines, before any request
+        a = err[(err["kind"] == "assert") & (err["component"] == "drafter")]
+        keep = [bool(SPEC_INIT.search(str(t))) and not str(t).lstrip().startswith("#")
+                and not _before(result, int(n), REQUEST_EVENTS) for t, n in zip(a["evidence"], a["line"], strict=True)]
+        rows = a[pd.Series(keep, index=a.index, dtype=bool)]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    ev_line = opt_int(row["evidence_line"])
+    evidence = _block_lines(row) + ([(ev_line, str(row["evidence"]).strip())] if ev_line is not None else [])
+    return Match(f"the draft context failed to load or initialise ({row['variant']}); "
+                 f"{len(rows)} such line{'s' if len(rows) != 1 else ''} before the server served a request.",
+                 tuple(dict.fromkeys(evidence)), {"n": len(rows), "variant": str(row["variant"])},
+                 key=str(row["variant"]))
+
+
+HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers
+HIDDEN_SPEC = ("n_embd", "hidden", "embd")  # size checks that only point at target/drafter in a speculative run
+
+
+def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["kind"].isin(["assert", "load", "decode_failed"])]
+    spec = bool(result.meta.get("speculative"))
+    for _, row in rows.iterrows():
+        text = " ".join(t for _, t in lines_of(row["lines"])[:3])
+        if any(k in text for k in HIDDEN_ALWAYS) or (spec and any(k in text for k in HIDDEN_SPEC)):
+            return Match("an assert on the hidden states or embeddings the drafter reads from the target: the two "
+                         "models disagree on a size or the target's graph does not expose the layers the drafter "
+                         "needs.", tuple(_block_lines(row)), {"variant": str(row["variant"])}, key="hidden_state")
+    return None
+
+
+def rule_abort_outside_spec(result: ParseResult, _c: CycleStats) -> Match | None:
+    if result.meta.get("speculative"):
+        return None
+    err = result.errors
+    rows = err[err["kind"] == "assert"]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    return Match(f"llama.cpp aborted ({row['variant']}) in a run without speculative decoding; "
+                 f"{len(rows)} abort{'s' if len(rows) != 1 else ''} in the log.",
+                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
+
+
+def rule_draft_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[(err["kind"] == "kv_slot") & (err["component"] == "drafter")]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    return Match(f"the draft context's KV cache had no room ({row['variant']}); {len(rows)} such failure"
+                 f"{'s' if len(rows) != 1 else ''}: the drafter's context is smaller than the target's prompt.",
+                 tuple(_block_lines(row)) + ((int(row["evidence_line"]), str(row["evidence"]).strip()),),
+                 {"n": len(rows)}, key=str(row["variant"]))
+
+
+def rule_encoder_decode(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[err["variant"] == "cannot_decode_encoder"]
+    if rows.empty:
+        return None
+    return Match(f"an encoder-only (embedding/reranking) model was called with llama_decode; {len(rows)} batch"
+                 f"{'es' if len(rows) != 1 else ''} refused.", tuple(_block_lines(rows.iloc[0], 2)),
+                 {"n": len(rows)}, key="encoder")
+
+
+COMPUTE_VARIANTS = ("prepare_ubatch_failed", "compute_error")
+
+
+def rule_decode_compute(result: ParseResult, _c: CycleStats) -> Match | None:
+    err = result.errors
+    rows = err[(err["kind"] == "decode_failed")
+               & (err["variant"].isin(COMPUTE_VARIANTS) | err["ret"].isin([-2, -3]))]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    ret = opt_int(row["ret"])
+    return Match(f"llama_decode could not prepare or compute the batch ({row['variant']}"
+                 f"{', ret = ' + str(ret) if ret is not None else ''}): not a position or cache-room problem.",
+                 tuple(_block_lines(row)), {"n": len(rows), "ret": ret}, key="compute")
+
+
 def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     v = result.verdict
     if len(result.errors) or (v.kind != "draft_stats_only" and not (c.n_cycles and c.drafter_in_step)):
@@ -401,6 +545,19 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
     ),
     Signature(
+        "multimodal_positions", "Multimodal chunk left a position hole", rule_multimodal,
+        "A batch failed right next to an image (or other media) chunk or find_slot's `non-consecutive token "
+        "position` warnings: the chunk's tokens were placed at positions that leave a hole or overlap what the "
+        "cache holds (M-RoPE models count image positions differently from text), so the next text batch does "
+        "not continue the sequence.",
+        (Step("Rerun the same request with a text-only prompt: if it passes, the image chunk's positions are the "
+              "cause."),
+         Step("Try a smaller image (fewer chunks) or one image per request, and note the model's vision projector."),
+         Step("Disable speculative decoding for image requests: a draft context must place the same image "
+              "positions as the target.", lambda e: e.speculative),
+         RERUN_DEBUG, REPORT_BUILD),
+    ),
+    Signature(
         "mrope_position_order", "M-RoPE position order", rule_mrope,
         "The model uses M-RoPE (multimodal rotary positions), where llama.cpp only requires positions to "
         "grow (X < Y upstream, X <= Y in forks and older builds) instead of Y = X + 1. A batch arrived at a "
@@ -444,6 +601,43 @@ SIGNATURES: tuple[Signature, ...] = (
               "consecutive per sequence."), RERUN_DEBUG, PARALLEL_1, REPORT_BUILD),
     ),
     Signature(
+        "target_position_mismatch", "Target cache and slot positions disagree", rule_target_positions,
+        "The target refused a batch the server built for one of its own slots: the server's count of the slot's "
+        "tokens and the target's KV cache disagree (a prompt-cache or checkpoint restore, a context shift, or a "
+        "speculative rollback that removed the wrong positions).",
+        (Step("Rerun with `--cache-ram 0` and without `--cache-reuse` to rule out the prompt cache and reuse."),
+         Step("Turn speculative decoding off once (`--spec-type none` or no `-md`): if it passes, the rollback "
+              "after rejected drafts is the cause.", lambda e: e.speculative),
+         PARALLEL_1, NO_KVU, RERUN_DEBUG, REPORT_BUILD),
+    ),
+    Signature(
+        "draft_context_failed", "Draft/MTP context failed to load or initialise", rule_draft_load,
+        "The draft side (a draft model, an MTP head, an EAGLE3 or DFlash drafter) could not be loaded or its "
+        "context could not be created: the file does not fit the requested speculative type, its vocabulary or "
+        "architecture does not match the target, or its buffers do not fit in memory. The server stops before "
+        "serving.",
+        (Step("Check that the draft file fits the speculative type (`--spec-type {spec_type}`): an MTP type needs a "
+              "model with MTP layers or a matching MTP head; a draft model needs the target's vocabulary.",
+              lambda e: bool(e.spec_type)),
+         Step("Check that the draft file fits the speculative type: an MTP type needs MTP layers or an MTP head; a "
+              "draft model needs the target's vocabulary.", lambda e: not e.spec_type),
+         Step("Give the draft context room: lower `--ctx-size-draft`/`--ctx-size`, or put fewer draft layers on the "
+              "GPU (`--spec-draft-ngl`)."),
+         Step("Load the draft file alone (`llama-cli -m DRAFT`) to tell a broken file from a broken pairing."),
+         REPORT_BUILD),
+    ),
+    Signature(
+        "hidden_state_mismatch", "Hidden-state or embedding mismatch between target and drafter", rule_hidden_state,
+        "An assert on the tensors the drafter reads from the target: EAGLE3 and MTP drafters take the target's "
+        "hidden states (layer inputs, embeddings). The target's architecture does not expose those layers yet, or "
+        "the two models disagree on the embedding size.",
+        (Step("Check that the drafter was converted for this exact target (same hidden size, same layer ids); a "
+              "drafter for a sibling model does not fit."),
+         Step("Check whether this target architecture supports the drafter's hooks in your build; retest on the "
+              "newest release."),
+         REPORT_BUILD),
+    ),
+    Signature(
         "speculative_assert", "Assert or abort in the speculative path", rule_spec_assert,
         "llama.cpp hit an assertion or aborted while drafting or verifying. A DFlash drafter is non-causal and "
         "goes through encode(), which requires the whole batch in one ubatch (n_ubatch >= n_tokens).",
@@ -455,6 +649,23 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
     ),
     Signature(
+        "abort_outside_speculation", "Abort without speculative decoding", rule_abort_outside_spec,
+        "llama.cpp hit an assertion or aborted in a run that uses no speculative decoding at all: the bug is in the "
+        "model, the backend or the caller, not in a draft/verify cycle.",
+        (Step("Paste the whole backtrace (all frames): the frames name the code path."),
+         Step("Retry on the CPU backend or a single GPU to tell a backend bug from a model bug.",
+              lambda e: e.n_gpus != 1),
+         SINGLE_GPU, REPORT_BUILD),
+    ),
+    Signature(
+        "draft_kv_full", "Draft context's KV cache full", rule_draft_kv_full,
+        "The draft context ran out of KV cells (`ret = 1` right after a draft call): it has its own context size, "
+        "and a long prompt that fits the target does not fit the drafter.",
+        (Step("Give the drafter as much context as the target (`--ctx-size-draft`, or the same `--ctx-size`)."),
+         Step("Lower `--parallel` or `--draft-max` so the draft context needs fewer cells."),
+         REPORT_BUILD),
+    ),
+    Signature(
         "kv_cache_full", "KV cache full or fragmented", rule_kv_full,
         "The KV cache had no free cells for a batch (`ret = 1`, no memory slot, context exceeded): the context "
         "is full, or split among too many slots, or fragmented so no contiguous run is free.",
@@ -463,6 +674,23 @@ SIGNATURES: tuple[Signature, ...] = (
          Step("With a draft model, give the drafter its own context size (`--ctx-size-draft`).",
               lambda e: e.speculative),
          REPORT_BUILD),
+    ),
+    Signature(
+        "encoder_model_decoded", "Encoder-only model called with decode", rule_encoder_decode,
+        "An embedding or reranking (encoder-only) model was given to llama_decode, which refuses every batch: the "
+        "runtime should call llama_encode for it.",
+        (Step("Serve the model as an embedding model (`--embedding`, or the runtime's embedding endpoint) rather "
+              "than for generation."),
+         Step("Update the runtime: newer llama.cpp calls encode() for such models itself."), REPORT_BUILD),
+    ),
+    Signature(
+        "decode_compute_failed", "Decode could not prepare or compute the batch", rule_decode_compute,
+        "llama_decode returned -2/-3 (or `failed to prepare ubatch`, `Compute error`): the batch could not be "
+        "split, allocated or computed, usually memory for the compute graph, a context larger than the model or "
+        "runtime supports, or a backend failure; not a position or cache-room problem.",
+        (Step("Lower the context size and `--batch-size`/`--ubatch-size`; stay within the model's trained context."),
+         Step("Retry on another backend or the CPU to tell a backend failure from a memory limit."),
+         SINGLE_GPU, REPORT_BUILD),
     ),
     Signature(
         "healthy_speculative", "Healthy speculative run", rule_healthy,

@@ -58,3 +58,34 @@ def test_seed_report_evidence_points_at_the_first_complete_block(triage_json: di
     for line, t in by_line.items():
         assert text[line - 1].strip() == t
     assert "stale" in v["summary"] and "259" in v["summary"]
+
+
+@pytest.mark.parametrize("name", sorted(LABELS))
+def test_component_evidence_is_the_line_that_decided_the_side(name: str, triage_json: dict[str, dict]) -> None:
+    """`component_evidence` is a line of the log, quoted among the evidence; no side without one."""
+    got = triage_json[name]
+    line = got["component_evidence"]
+    if got["component"] == "unknown":
+        assert line is None
+        return
+    text = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    assert isinstance(line, int) and 1 <= line <= len(text)
+    quoted = {e["line"]: e["text"] for e in got["evidence"]}
+    assert line in quoted
+    assert text[line - 1].strip().endswith(quoted[line].strip()[-40:])
+
+
+def test_side_rules_on_the_new_families(triage_json: dict[str, dict]) -> None:
+    """The rules the unseen reports needed, each decided by a named line."""
+    def line_of(name: str) -> str:
+        v = triage_json[name]
+        return (CORPUS / name).read_text(encoding="utf-8").splitlines()[v["component_evidence"] - 1]
+
+    # no speculative decoding anywhere: the failing line itself makes it the target's
+    assert "inconsistent sequence positions" in line_of("40_llamacpp-16876-lmstudio-qwenvl-image-batch-mrope-no-spec.log")
+    # a draft call right before the failure puts it on the drafter
+    assert "common_speculative_gen_draft" in line_of("41_llamacpp-10547-draft-model-kv-ret1-after-gen-draft.log")
+    # the speculative implementation's init lines right before an abort: the draft context failed to initialise
+    assert "ctx_dft=yes" in line_of("52_llamacpp-pr23398-stepfun-mtp-init-assert-buffer.log")
+    # speculative, but nothing says which context aborted: never guessed
+    assert triage_json["64_ik-llama-1159-spec-assert-glued-ptrace.log"]["component"] == "unknown"

@@ -99,9 +99,12 @@ def test_kv_drop_is_a_reset_event() -> None:
 
 def test_older_and_other_wordings() -> None:
     cases = {
-        "llama_decode_impl: failed to find KV cache slot for ubatch of size 512": ("kv_slot", "unknown"),
+        # a log with no speculative decoding in it has one context: its failure is the target's
+        "llama_decode_impl: failed to find KV cache slot for ubatch of size 512": ("kv_slot", "target"),
         "srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size, i = 0, n_batch = 512, ret = 1": ("kv_slot", "target"),
-        "CUDA error: an illegal memory access was encountered": ("other", "unknown"),
+        "CUDA error: an illegal memory access was encountered": ("other", "target"),
+        "common_speculative_init: adding implementation draft-simple\nCUDA error: an illegal memory access was "
+        "encountered": ("other", "unknown"),  # speculative, and nothing says which context: never guessed
         "0.14.967.966 E dflash: invalid reduced-logits token -1 in draft at row=1/16 (top_k=1 committed=382 cross_len=382)": ("other", "drafter"),
     }
     for line, (kind, comp) in cases.items():
