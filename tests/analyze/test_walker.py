@@ -129,3 +129,33 @@ def test_a_paste_that_lost_its_line_breaks() -> None:
     assert len(e) == 1
     assert (e.last_pos.iloc[0], e.batch_start.iloc[0], e.variant.iloc[0]) == (259, 1361, "consecutive")
     assert (e.ret.iloc[0], e.component.iloc[0]) == (-1, "drafter")
+
+
+def test_side_and_sequence_rules_on_wrapper_wordings() -> None:
+    """Lines in the wordings the unseen reports used (fixtures 52-67 carry the real ones)."""
+    def verdict(text: str) -> analyze.Verdict:
+        return analyze.parse(text.encode()).verdict
+
+    # the sequence named only by find_slot's warning just before the failure
+    v = verdict("0.57.584.575 W find_slot: non-consecutive token position 750 after 323 for sequence 3 with 308 "
+                "new tokens\n0.57.584.600 W decode: failed to find a memory slot for batch of size 308\n"
+                "0.57.584.601 E llama_decode: failed to decode, ret = 1\n")
+    assert (v.kind, v.seq_id, v.component, v.component_evidence) == ("kv_slot", 3, "target", 2)
+    # an abort whose backtrace runs through the speculative implementation: the drafter, decided by that frame
+    v = verdict("/src/ggml.c:1699: GGML_ASSERT(obj_new) failed\n"
+                "#4  0x00007fc410b265bc in ggml_abort (file=0x7f) at ggml.c:268\n"
+                "#5  0x00007fc410b28d62 in ggml_new_object (ctx=0x5) at ggml.c:1699\n"
+                "#6  0x00007fc410b28d70 in common_speculative_impl_draft_mtp::process (this=0x1) at speculative.cpp:9\n")
+    assert (v.kind, v.component, v.component_evidence) == ("other", "drafter", 4)
+    # ik_llama.cpp / 2024 server `ERR [ function ] message | key=value`
+    v = verdict('ERR [              update_slots] failed to decode the batch | tid="140478308075456" '
+                "timestamp=1724599956 i=0 n_batch=512 ret=-1\n")
+    assert (v.kind, v.component, v.component_evidence) == ("decode_failed", "target", 1)
+    # llama-cpp-python raises
+    v = verdict('Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n'
+                "RuntimeError: llama_decode returned -1\n")
+    assert (v.kind, v.component, v.component_evidence) == ("decode_failed", "target", 3)
+    # draft statistics whose first timestamp lost digits in the paste are still statistics
+    v = verdict(".799.401 I slot print_timing: id  0 | task 0 | draft acceptance = 0.60116 (  104 accepted /   173 "
+                "generated), mean len =  2.20\n")
+    assert v.kind == "draft_stats_only" and v.acceptance["accepted"] == 104
