@@ -23,11 +23,14 @@ def stale_drafter(pos: pd.DataFrame) -> bool:
     """Drafter failures whose X stays put while Y climbs from one failure to the next (the seed report).
 
     Stale means behind: some draft arrived past the stored max. X fixed with every Y at or below it is a
-    drafter that kept its rejected positions (not rolled back), not a stale one.
+    drafter that kept its rejected positions (not rolled back), not a stale one. Only the failures at the
+    first X count: once the target climbs back to X + 1 (after a later reset), a DFlash noise block lands
+    and moves X, which does not make the drafter any less stale.
     """
     d = pos[(pos.component == "drafter") & pos.last_pos.notna() & pos.batch_start.notna()]
-    if len(d) < 2 or d.last_pos.nunique() != 1:
+    if len(d) < 2:
         return False
-    y = d.batch_start.astype("int64").to_numpy()
     x = int(d.last_pos.iloc[0])
-    return bool((y[1:] > y[:-1]).any() and (y > x + 1).any())
+    d = d[d.last_pos == x]
+    y = d.batch_start.astype("int64").to_numpy()
+    return bool(len(y) >= 2 and (y[1:] > y[:-1]).any() and (y > x + 1).any())
