@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 import analyze
+from analyze.views import preload
 from analyze.views.bundle import zip_tables
 from analyze.views.dashboard import FOLLOW_ENV, OPEN_ENV
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
@@ -90,6 +91,9 @@ def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _parse_path(digest: str, _path: str) -> tuple[Any | None, str | None]:
+    started = preload.take(_path)  # the path on the command line, read while the server started
+    if started is not None:
+        return started
     try:
         return analyze.parse(_path), None
     except analyze.InputError as exc:

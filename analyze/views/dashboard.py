@@ -43,7 +43,8 @@ def free_port(host: str = DEFAULT_HOST, start: int = DEFAULT_PORT, tries: int = 
 
 def streamlit_command(host: str, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "streamlit", "run", str(app_path()),
+        # `streamlit run`, with the opened log read while the server starts (analyze/views/serve.py)
+        sys.executable, "-m", "analyze.views.serve", "run", str(app_path()),
         "--server.address", host,
         "--server.port", str(port),
         "--server.headless", "true",
