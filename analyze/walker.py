@@ -490,11 +490,22 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
     """The first entry of the table that matches the line (its anchor first, then its regex).
 
     Which entry a message matches is remembered by its text without llama.cpp's timestamp prefix: the
-    same failure lines repeat on every cycle of a failing run, and walking the table is the costly part."""
+    same failure lines repeat on every cycle of a failing run, and walking the table is the costly part.
+    A message seen for the first time is looked up once more with its digits masked (task ids, positions,
+    probabilities change on every line of a server log): no entry's regex or anchor tells one digit from
+    another (checked below, when the table is loaded), so the masked text picks the same entry."""
     key = line
     if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
         key = line[pre.end() :]
     idx = _FIRST.get(key)
+    masked = None
+    if idx is None:
+        for a in _DIGIT_SENSITIVE:
+            if a in line:
+                break
+        else:  # masked as bytes: one C table lookup per byte (a regex substitution costs ten times more)
+            masked = key.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+            idx = _MASKED.get(masked)
     if idx is not None:
         if idx < 0:
             return None
@@ -504,15 +515,32 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
             return p, m
     if len(_FIRST) > 20_000:
         _FIRST.clear()
+    if len(_MASKED) > 20_000:
+        _MASKED.clear()
+    found = None
     for i, (anchor, search, p) in enumerate(_TABLE):
         if anchor in line and (m := search(line)) is not None:
-            _FIRST[key] = i
-            return p, m
-    _FIRST[key] = -1
-    return None
+            found = i, p, m
+            break
+    i = found[0] if found is not None else -1
+    _FIRST[key] = i
+    if masked is not None:
+        _MASKED[masked] = i
+    return None if found is None else (found[1], found[2])
+
+
+def _digit_sensitive(p: Pattern) -> bool:
+    """Whether an entry could tell one digit from another: a digit in its anchor or in its regex other
+    than `\\d` and repeat counts (conservative: `[0-9a-f]` counts too)."""
+    rest = re.sub(r"\\d|\{\d+(?:,\d*)?\}", "", p.regex.pattern)
+    return any(c.isdigit() for c in rest + p.anchor)
 
 
 _FIRST: dict[str, int] = {}
+_MASKED: dict[bytes, int] = {}
+_MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+# lines holding one of these anchors are never looked up masked
+_DIGIT_SENSITIVE = tuple({p.anchor for p in PATTERNS if _digit_sensitive(p)})
 _PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
