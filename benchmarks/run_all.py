@@ -14,6 +14,7 @@ RUNS = [
     ["engine_capture.py"],
     ["capture_overhead.py"],
     ["dashboard_first_chart.py"],
+    ["follow_cost.py"],
     ["triage_jobs.py"],
 ]
 
