@@ -1,4 +1,5 @@
-"""Regenerate samples/: small engine sessions (healthy, stale-drafter, no-rollback) for docs and tests.
+"""Regenerate samples/: small engine sessions (healthy, stale-drafter, no-rollback) for docs and tests, each
+a real DFlash drafter (llama.cpp's own graph) beside the tiny target.
 
 Run `python -m capture.samples` (or `make samples`). The models are generated into a temporary folder
 and loaded by relative name, so no path of the machine that made the samples ends up inside them
@@ -20,7 +21,7 @@ from typing import Any
 import click
 
 from capture.engine import EngineConfig, run_engine
-from capture.models import ModelPair, generate_pair
+from capture.models import ModelPair, ModelParams, _write_upstream_drafter, generate_pair
 from capture.session import GROUND_TRUTH, MANIFEST, RAW_LOG, Session
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "samples"
@@ -69,8 +70,9 @@ def write_samples(out_dir: Path = DEFAULT_DIR) -> list[Path]:
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="kvtrace-samples-") as tmp:
         generate_pair(Path(tmp), SEED)
+        _write_upstream_drafter(Path(tmp) / "dflash.gguf", "dflash", ModelParams(), SEED)
         # Relative names: the loader line in raw.log then reads "... from target.gguf".
-        models = ModelPair(Path("target.gguf"), Path("drafter.gguf"), generated=True, seed=SEED)
+        models = ModelPair(Path("target.gguf"), Path("dflash.gguf"), generated=True, seed=SEED)
         with contextlib.chdir(tmp):
             for sample in samples():
                 folder = out_dir / sample.name
