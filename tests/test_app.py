@@ -9,9 +9,9 @@ import base64
 import gzip
 import json
 import re
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import analyze
-
 from analyze.views.dashboard import OPEN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -76,7 +76,7 @@ def health(result: ParseResult) -> Health:
         failing_side=failing, n_errors=len(result.errors),
         first_divergence=None if ov.first_divergence is None else ov.first_divergence.line, n_apart=n_apart,
         drafter_in_step=c.drafter_in_step, in_step_fraction=c.in_step_fraction, n_cycles=c.n_cycles,
-        batches={k: int(n) for k, n in counts.items()},
+        batches={str(k): int(n) for k, n in counts.items()},
     )
 
 
