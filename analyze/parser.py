@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ import pandas as pd
 
 from analyze.normalize import clean_chunk, decode
 from analyze.records import CONTEXT_NAMES, NA
-from analyze.source import InputError, Source, iter_chunks, open_source, split_lines
+from analyze.source import GzipReader, InputError, Source, iter_chunks, open_source, resolve_path, split_lines
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
@@ -126,9 +127,23 @@ def _result(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> ParseRes
     return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings)
 
 
-def parse(source: Source, *, name: str | None = None, progress: bool = False) -> ParseResult:
-    """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file."""
+def parse(source: Source, *, name: str | None = None, progress: bool = False, jobs: int = 1,
+          piece_bytes: int | None = None) -> ParseResult:
+    """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file.
+
+    `jobs` > 1 reads a big plain log file on that many processes (analyze/split.py), with the same tables
+    as a serial read; `piece_bytes` forces its pieces' size (tests cut small logs into many pieces)."""
     opened = open_source(source, name)
+    if (jobs > 1 or piece_bytes) and isinstance(source, str | os.PathLike) and str(source) != "-" and \
+            not isinstance(opened.stream, GzipReader):
+        from analyze.split import split_walk
+
+        opened.stream.close()
+        split = split_walk(resolve_path(source), jobs, piece_bytes)
+        if split is not None:
+            walker, warnings = split
+            return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings)
+        opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
     walker = Walker()
     pending: list[str] = []
     bar = None

@@ -1,19 +1,28 @@
-"""Reader speed and memory on a big batch-debug log made from real engine output.
+"""Reader speed and memory: engine logs and real llama-server captures, measured in one run.
 
-    python benchmarks/reader_speed.py                               # >= 200 MB healthy log
-    python benchmarks/reader_speed.py --fault stale-drafter         # every draft failing, as in the seed report
+    python benchmarks/reader_speed.py                        # healthy + stale-drafter engine logs, real captures
+    python benchmarks/reader_speed.py --fault stale-drafter  # one engine log only (and the real captures)
     python benchmarks/reader_speed.py --size-mb 1024 --fault stale-drafter   # the 1 GB memory check
+    python benchmarks/reader_speed.py --capture server.log.gz --capture other.log   # more real captures
+    python benchmarks/reader_speed.py --real-mb 1024 --capture server.log.gz        # a 1 GB real server log
 
-Builds the log once (cached under benchmarks/out/), by capturing a long engine run (real llama.cpp,
-LLAMA_BATCH_DEBUG=1 and LLAMA_KV_CACHE_DEBUG=1) and repeating its raw.log until the size is reached. Then, in
-the same run: `kvtrace parse` of the file in a child process pinned to one core (wall and CPU seconds, MB/s,
-peak RSS of that process), and `grep -c 'pos = '` on the same file as the reference.
-Targets (issue "Log reader"): >= 100 MB/s on one core; peak RSS <= 500 MB for a 1 GB log.
+Engine logs: a long engine run (real llama.cpp, LLAMA_BATCH_DEBUG=1 and LLAMA_KV_CACHE_DEBUG=1) captured
+once and its raw.log repeated until the size is reached (cached under benchmarks/out/). Real captures: the
+llama-server captures in ../shared/data/ next to the repository when present (the run says when they are
+absent), committed scenario captures under tests/fixtures/scenarios/ when present, and every --capture; a
+.gz is unpacked once into benchmarks/out/ so that the parse and grep read the same plain file. --real-mb
+repeats each real capture to that size (the memory check on a real log).
+
+For each file: `kvtrace parse` in a child process pinned to one core (wall and CPU seconds, MB/s, peak RSS
+of that process), and `grep -c 'pos = '` on the same file as the reference; with --jobs N, also the split
+parse on N processes. Targets (issue 11): >= 100 MB/s on one core on every log, 250 MB/s the aim; peak RSS
+<= 500 MB for a 1 GB log.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import subprocess
@@ -23,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
+SHARED = ROOT.parent / "shared" / "data"  # real captures kept next to the repository, not in it
+SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
 
 
 def engine_log(fault: str) -> Path:
@@ -50,25 +61,58 @@ def big_log(size_mb: int, fault: str) -> Path:
     return path
 
 
+def plain(path: Path, min_mb: int) -> Path:
+    """A real capture as a plain file of at least `min_mb` (unpacked once; repeated whole when shorter)."""
+    if not path.name.endswith(".gz") and path.stat().st_size >= min_mb << 20:
+        return path
+    out = OUT / f"real-{path.name.removesuffix('.gz')}-{min_mb}mb.log"
+    if out.exists():
+        return out
+    with (gzip.open(path) if path.name.endswith(".gz") else open(path, "rb")) as f:
+        seed = f.read()
+    tmp = out.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        written = 0
+        while written == 0 or written < min_mb << 20:
+            f.write(seed)
+            written += len(seed)
+    tmp.replace(out)
+    return out
+
+
+def real_captures(extra: list[Path]) -> list[Path]:
+    found = sorted(SHARED.glob("*.log.gz")) + sorted(SHARED.glob("*.log")) if SHARED.is_dir() else []
+    if not found:
+        print(f"no real captures in {SHARED} (absent here): only --capture and committed fixtures are measured")
+    if SCENARIOS.is_dir():
+        found += sorted(SCENARIOS.glob("*.log.gz")) + sorted(SCENARIOS.glob("*.log"))
+    return found + extra
+
+
 CHILD = """
 import resource, sys, time, analyze
+jobs = int(sys.argv[2])
 t0, c0 = time.perf_counter(), time.process_time()
-r = analyze.parse(sys.argv[1])
-print(time.perf_counter() - t0, time.process_time() - c0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-      len(r.batches), len(r.kv), len(r.errors), r.verdict.kind)
+r = analyze.parse(sys.argv[1], jobs=jobs) if jobs > 1 else analyze.parse(sys.argv[1])
+cpu = time.process_time() - c0 + sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])
+rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(time.perf_counter() - t0, cpu, rss, len(r.batches), len(r.kv), len(r.errors), r.verdict.kind)
 """
 
 
-def measure(path: Path) -> dict[str, float | int | str]:
+def measure(path: Path, jobs: int = 1) -> dict[str, float | int | str]:
     size_mb = path.stat().st_size / 1e6
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    out = subprocess.run([*pin, sys.executable, "-c", CHILD, str(path)], check=True, capture_output=True,
-                         text=True, cwd=ROOT).stdout.split()
+    # one core for the serial reader; the split parse gets every core
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") and jobs == 1 else []
+    out = subprocess.run([*pin, sys.executable, "-c", CHILD, str(path), str(jobs)], check=True,
+                         capture_output=True, text=True, cwd=ROOT).stdout.split()
     wall, cpu, rss_kb = float(out[0]), float(out[1]), int(out[2])
     t0 = time.perf_counter()
     count = subprocess.run(["grep", "-c", "pos = ", str(path)], capture_output=True, text=True).stdout.strip()
     grep_s = time.perf_counter() - t0
     return {
+        "file": path.name,
+        "jobs": jobs,
         "file_mb": round(size_mb, 1),
         "parse_wall_s": round(wall, 2),
         "parse_cpu_s": round(cpu, 2),
@@ -91,22 +135,46 @@ def measure(path: Path) -> dict[str, float | int | str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=int, default=200)
-    ap.add_argument("--fault", default="none", choices=["none", "stale-drafter", "no-rollback"],
-                    help="engine run the log is made of: healthy, or failing on every draft after a reset")
-    ap.add_argument("--keep", action="store_true", help="keep the generated log under benchmarks/out/")
+    ap.add_argument("--size-mb", type=int, default=200, help="size of each engine log")
+    ap.add_argument("--fault", action="append", choices=["none", "stale-drafter", "no-rollback"],
+                    help="engine run a log is made of: healthy, or failing on every draft after a reset "
+                    "(repeatable; default: none and stale-drafter)")
+    ap.add_argument("--capture", action="append", type=Path, default=[],
+                    help="a real server capture (.log or .log.gz) to measure too (repeatable)")
+    ap.add_argument("--real-mb", type=int, default=100,
+                    help="real captures shorter than this are repeated whole to this size")
+    ap.add_argument("--no-real", action="store_true", help="engine logs only")
+    ap.add_argument("--jobs", type=int, default=1, help="also measure the split parse on N processes")
+    ap.add_argument("--keep", action="store_true", help="keep the generated engine logs under benchmarks/out/")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    path = big_log(args.size_mb, args.fault)
-    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # page-cache it for both readers
-    result = measure(path)
-    print(json.dumps(result, indent=2))
-    print(f"reader ({args.fault}): {result['parse_mb_s']} MB/s on one core "
-          f"({result['ratio_to_target']}x the 100 MB/s target; CPU time: {result['parse_mb_s_cpu']} MB/s), "
-          f"peak RSS {result['peak_rss_mb']} MB for {result['file_mb']} MB; grep -c: {result['grep_mb_s']} MB/s, "
-          f"parse takes {result['ratio_parse_to_grep']}x grep's time")
+    runs: list[tuple[str, Path]] = []
+    for fault in args.fault or ["none", "stale-drafter"]:
+        runs.append((f"engine, --fault {fault}", big_log(args.size_mb, fault)))
+    if not args.no_real:
+        for cap in real_captures(args.capture):
+            runs.append((f"real capture {cap.name}", plain(cap, args.real_mb)))
+    rows = []
+    for label, path in runs:
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # page-cache it for both readers
+        for jobs in sorted({1, args.jobs}):
+            result = measure(path, jobs) | {"log": label}
+            rows.append(result)
+            print(json.dumps(result), flush=True)
+            where = "on one core" if jobs == 1 else f"with --jobs {jobs}"
+            print(f"reader ({label}): {result['parse_mb_s']} MB/s {where} "
+                  f"({result['ratio_to_target']}x the 100 MB/s target; CPU time: {result['parse_mb_s_cpu']} MB/s), "
+                  f"peak RSS {result['peak_rss_mb']} MB for {result['file_mb']} MB; grep -c: "
+                  f"{result['grep_mb_s']} MB/s, parse takes {result['ratio_parse_to_grep']}x grep's time", flush=True)
+    print("\n| log | MB | jobs | parse | ratio to 100 MB/s | peak RSS | grep -c | parse / grep |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['log']} | {r['file_mb']} | {r['jobs']} | {r['parse_mb_s']} MB/s | {r['ratio_to_target']}x | "
+              f"{r['peak_rss_mb']} MB | {r['grep_mb_s']} MB/s | {r['ratio_parse_to_grep']}x |")
     if not args.keep:
-        path.unlink()
+        for label, path in runs:
+            if label.startswith("engine"):
+                path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

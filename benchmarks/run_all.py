@@ -9,8 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNS = [
     ["cli_help.py"],
-    ["reader_speed.py"],
-    ["reader_speed.py", "--fault", "stale-drafter"],
+    ["reader_speed.py"],  # engine logs (healthy, stale-drafter) and real server captures in one run
     ["engine_capture.py"],
     ["capture_overhead.py"],
     ["dashboard_first_chart.py"],

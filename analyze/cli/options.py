@@ -57,12 +57,12 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
             yield src
 
 
-def parse_or_none(src: str, progress: bool) -> ParseResult | None:
+def parse_or_none(src: str, progress: bool, jobs: int = 1) -> ParseResult | None:
     """Parse one log; a log that cannot be read is reported in one line and gives None."""
     import analyze
 
     try:
-        return analyze.parse(src, progress=progress)
+        return analyze.parse(src, progress=progress, jobs=jobs)
     except analyze.InputError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         return None

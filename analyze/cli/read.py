@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the tables (default: the session folder, or LOGNAME-tables/).")
 @json_option
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Read one big plain log on N processes (cut at input-batch dumps; the same tables).")
 @progress_option
-def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, progress: bool | None) -> None:
+def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, jobs: int,
+                  progress: bool | None) -> None:
     """Parse llama.cpp logs into tables: batches, kv, errors, events and meta (one Parquet file each).
 
     LOG is a file (plain or .gz), a session folder, a folder of logs, or - for stdin. With several
@@ -39,6 +42,7 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, pro
       kvtrace parse server.log -o tables/
       kvtrace parse sessions/20261130-101500-engine-stale-drafter     # tables beside raw.log
       zcat big.log.gz | kvtrace parse - -o tables/ --json
+      kvtrace parse --jobs 8 server-debug.log         # one big log on 8 cores
     """
     import analyze
     from capture.session import is_session
@@ -47,7 +51,7 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, pro
     summaries = []
     bad = 0
     for src in paths:
-        result = parse_or_none(src, want_progress(progress))
+        result = parse_or_none(src, want_progress(progress), jobs)
         if result is None:
             bad += 1
             continue

@@ -1,0 +1,92 @@
+"""`parse(jobs=N)` / `kvtrace parse --jobs N`: one log cut at input-batch dumps, read in pieces and merged,
+gives exactly the serial tables. Pieces are forced small so that every kind of cut occurs: right after a
+failure, right before one whose side comes from a hint in the piece before, between a batch and its
+find_slot lines' signature, across buffers and requests."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import analyze
+from analyze.cli import cli
+from analyze.split import cut_points
+from analyze.walker import HINT_GAP
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
+
+
+def assert_same(a: analyze.ParseResult, b: analyze.ParseResult) -> None:
+    for name in ("batches", "kv", "errors", "events"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
+    assert a.meta == b.meta
+    assert a.verdict.to_dict() == b.verdict.to_dict()
+
+
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real llama-server b11434 capture (two slots, draft-simple), unpacked: pieces are cut in plain files."""
+    path = tmp_path_factory.mktemp("server") / "raw.log"
+    with gzip.open(SERVER) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return path
+
+
+@pytest.mark.parametrize("piece_bytes", [1_500, 25_000])
+@pytest.mark.parametrize("log", ["samples/stale-drafter/raw.log", "samples/no-rollback/raw.log",
+                                 "samples/healthy/raw.log"])
+def test_engine_logs_split_equal_serial(log: str, piece_bytes: int) -> None:
+    path = ROOT / log
+    serial = analyze.parse(path)
+    assert len(cut_points(path, path.stat().st_size // piece_bytes)) >= 3
+    assert_same(serial, analyze.parse(path, piece_bytes=piece_bytes))
+
+
+def test_failures_next_to_cuts() -> None:
+    """The cuts of the small pieces fall right after failures, and at the dumps of batches that then fail:
+    the merge still equals the serial read."""
+    path = ROOT / "samples" / "stale-drafter" / "raw.log"
+    serial = analyze.parse(path)
+    assert len(serial.errors) > 5
+    cuts = [p.first_line + 1 for p in cut_points(path, path.stat().st_size // 1_500)][1:]
+    starts = list(serial.errors["line"])
+    assert any(0 < c - s <= HINT_GAP for s in starts for c in cuts), "no cut right after a failure"
+    b = serial.batches
+    failed_dumps = set(b.line[b.batch.isin(serial.errors["batch"].dropna())])
+    assert failed_dumps & set(cuts), "no piece that starts with the dump of a batch that then fails"
+    assert_same(serial, analyze.parse(path, piece_bytes=1_500))
+
+
+@pytest.mark.parametrize("piece_bytes", [20_000, 300_000])
+def test_real_server_capture_split_equals_serial(server_log: Path, piece_bytes: int) -> None:
+    serial = analyze.parse(server_log)
+    assert len(serial.batches) > 500 and len(serial.events) > 50
+    assert_same(serial, analyze.parse(server_log, piece_bytes=piece_bytes))
+
+
+def test_on_processes(server_log: Path) -> None:
+    """The pieces read by worker processes (not in this one)."""
+    assert_same(analyze.parse(server_log), analyze.parse(server_log, jobs=2, piece_bytes=500_000))
+
+
+def test_gzip_and_small_logs_read_serially(tmp_path: Path) -> None:
+    # a .gz cannot be cut without unpacking it: read serially, the same result
+    assert_same(analyze.parse(SERVER), analyze.parse(SERVER, jobs=4))
+    small = ROOT / "samples" / "healthy" / "raw.log"
+    assert_same(analyze.parse(small), analyze.parse(small, jobs=4))
+
+
+def test_cli_jobs(server_log: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["parse", "--jobs", "2", str(server_log), "-o", str(tmp_path / "t")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "t" / "batches.parquet").exists()
+    serial = analyze.parse(server_log)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t" / "batches.parquet"), serial.batches)
+    bad = CliRunner().invoke(cli, ["parse", "--jobs", "0", str(server_log)])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
