@@ -154,3 +154,12 @@ def frame_side(fn: str) -> str:
     """`drafter` when a backtrace frame's function is on the speculative/draft path, else `unknown`."""
     low = fn.lower()
     return "drafter" if any(k in low for k in DRAFTER_FRAMES) else "unknown"
+
+
+def caller_side(prefix: str) -> str:
+    """The side named by the function that printed a failure line: the last `name:` before the message
+    (`common_speculative_impl_draft_eagle3: draft n_embd ... does not match ...` is the draft side)."""
+    for token in reversed(prefix.split()):
+        if token.endswith(":") and len(token) > 1:
+            return frame_side(token[:-1])
+    return "unknown"

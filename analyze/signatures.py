@@ -388,6 +388,7 @@ SPEC_INIT = re.compile(r"common_speculative_(?:impl_\w+|init\w*):|ctx_dft=")
 def rule_draft_load(result: ParseResult, _c: CycleStats) -> Match | None:
     err = result.errors
     rows = err[err["kind"] == "load"]
+    rows = rows[[_side(result, r) == "drafter" for _, r in rows.iterrows()]] if len(rows) else rows
     if rows.empty:
         # an abort decided by the speculative implementation's init lines, before any request
         a = err[(err["kind"] == "assert") & (err["component"] == "drafter")]
@@ -415,7 +416,8 @@ def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
     spec = bool(result.meta.get("speculative"))
     for _, row in rows.iterrows():
         text = " ".join(t for _, t in lines_of(row["lines"])[:3])
-        if any(k in text for k in HIDDEN_ALWAYS) or (spec and any(k in text for k in HIDDEN_SPEC)):
+        if row["variant"] == "embd_mismatch" or any(k in text for k in HIDDEN_ALWAYS) or (
+                spec and any(k in text for k in HIDDEN_SPEC)):
             return Match("an assert on the hidden states or embeddings the drafter reads from the target: the two "
                          "models disagree on a size or the target's graph does not expose the layers the drafter "
                          "needs.", tuple(_block_lines(row)), {"variant": str(row["variant"])}, key="hidden_state")
@@ -611,6 +613,17 @@ SIGNATURES: tuple[Signature, ...] = (
          PARALLEL_1, NO_KVU, RERUN_DEBUG, REPORT_BUILD),
     ),
     Signature(
+        "hidden_state_mismatch", "Hidden-state or embedding mismatch between target and drafter", rule_hidden_state,
+        "An assert on the tensors the drafter reads from the target: EAGLE3 and MTP drafters take the target's "
+        "hidden states (layer inputs, embeddings). The target's architecture does not expose those layers yet, or "
+        "the two models disagree on the embedding size.",
+        (Step("Check that the drafter was converted for this exact target (same hidden size, same layer ids); a "
+              "drafter for a sibling model does not fit."),
+         Step("Check whether this target architecture supports the drafter's hooks in your build; retest on the "
+              "newest release."),
+         REPORT_BUILD),
+    ),
+    Signature(
         "draft_context_failed", "Draft/MTP context failed to load or initialise", rule_draft_load,
         "The draft side (a draft model, an MTP head, an EAGLE3 or DFlash drafter) could not be loaded or its "
         "context could not be created: the file does not fit the requested speculative type, its vocabulary or "
@@ -624,17 +637,6 @@ SIGNATURES: tuple[Signature, ...] = (
          Step("Give the draft context room: lower `--ctx-size-draft`/`--ctx-size`, or put fewer draft layers on the "
               "GPU (`--spec-draft-ngl`)."),
          Step("Load the draft file alone (`llama-cli -m DRAFT`) to tell a broken file from a broken pairing."),
-         REPORT_BUILD),
-    ),
-    Signature(
-        "hidden_state_mismatch", "Hidden-state or embedding mismatch between target and drafter", rule_hidden_state,
-        "An assert on the tensors the drafter reads from the target: EAGLE3 and MTP drafters take the target's "
-        "hidden states (layer inputs, embeddings). The target's architecture does not expose those layers yet, or "
-        "the two models disagree on the embedding size.",
-        (Step("Check that the drafter was converted for this exact target (same hidden size, same layer ids); a "
-              "drafter for a sibling model does not fit."),
-         Step("Check whether this target architecture supports the drafter's hooks in your build; retest on the "
-              "newest release."),
          REPORT_BUILD),
     ),
     Signature(

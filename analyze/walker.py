@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from analyze.attribution import frame_side
+from analyze.attribution import caller_side, frame_side
 from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
@@ -360,8 +360,9 @@ class Walker:
             f.ret = ret
         if f.seq_id is None and g.get("seq") is not None:
             f.seq_id = int(g["seq"])
-        if p.component != "unknown" and f.component == "unknown":
-            f.component, f.evidence, f.evidence_line = p.component, message(line), no
+        side = p.component if p.component != "unknown" else caller_side(line[: m.start()])
+        if side != "unknown" and f.component == "unknown":
+            f.component, f.evidence, f.evidence_line = side, message(line), no
         f.add_line(no, line)
 
     def _follow(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:

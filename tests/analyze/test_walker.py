@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import analyze
+from analyze.signatures import match_signature
 from tests.analyze.formats import batch_dump, find_slot, new_scheme, position_error, stale_drafter_log
 
 
@@ -159,3 +160,23 @@ def test_side_and_sequence_rules_on_wrapper_wordings() -> None:
     v = verdict(".799.401 I slot print_timing: id  0 | task 0 | draft acceptance = 0.60116 (  104 accepted /   173 "
                 "generated), mean len =  2.20\n")
     assert v.kind == "draft_stats_only" and v.acceptance["accepted"] == 104
+
+
+def test_more_wrapper_wordings_and_their_sides() -> None:
+    def read(text: str) -> tuple[str, str, int | None, str]:
+        r = analyze.parse(text.encode())
+        return r.verdict.kind, r.verdict.component, r.verdict.component_evidence, match_signature(r).name
+
+    # llama-server's HTTP 500 body, raised by a Python client: the server's slot batch (the target)
+    assert read("openai.InternalServerError: Error code: 500 - {'error': {'code': 500, 'message': 'Invalid input "
+                "batch.', 'type': 'server_error'}}\n")[:3] == ("decode_failed", "target", 1)
+    # ollama's runner as a level=ERROR line rather than a panic
+    assert read('time=2025-05-26T18:51:32.027Z level=ERROR source=runner.go:360 msg="failed to decode batch" '
+                'error="could not find a kv cache slot"\n') == ("kv_slot", "target", 1, "kv_cache_full")
+    # the function that printed the failure names the side: the speculative implementation's own line
+    assert read("common_speculative_impl_draft_eagle3: draft n_embd 4096 does not match target hidden size 5120\n"
+                ) == ("other", "drafter", 1, "hidden_state_mismatch")
+    # a context that fails to initialise in a run without speculation is the target's, not a draft failure
+    kind, comp, line, sig = read("llama_init_from_model: failed to initialize the context: failed to allocate "
+                                 "compute pp buffers\nmain: exiting due to model loading error\n")
+    assert (kind, comp, line) == ("other", "target", 1) and sig != "draft_context_failed"
