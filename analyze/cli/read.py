@@ -77,7 +77,10 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
 
 def format_verdict(v: Verdict) -> str:
     """A short readable block for one verdict."""
-    side = f" ({v.component})" if v.component != "unknown" else ""
+    side = ""
+    if v.component != "unknown":
+        by = f", decided by line {v.component_evidence}" if v.component_evidence else ""
+        side = f" ({v.component}{by})"
     lines = [f"{v.source}", f"  verdict:  {v.kind}{side}"]
     if v.n_position_errors or v.last_pos is not None:
         x = v.last_pos if v.last_pos is not None else "?"

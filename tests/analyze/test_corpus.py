@@ -89,3 +89,11 @@ def test_side_rules_on_the_new_families(triage_json: dict[str, dict]) -> None:
     assert "ctx_dft=yes" in line_of("52_llamacpp-pr23398-stepfun-mtp-init-assert-buffer.log")
     # speculative, but nothing says which context aborted: never guessed
     assert triage_json["64_ik-llama-1159-spec-assert-glued-ptrace.log"]["component"] == "unknown"
+
+
+def test_triage_text_names_the_line_that_decided_the_side() -> None:
+    name = "41_llamacpp-10547-draft-model-kv-ret1-after-gen-draft.log"
+    out = subprocess.run([sys.executable, "-m", "analyze", "triage", str(CORPUS / name)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "verdict:  kv_slot (drafter, decided by line 3)" in out
+    assert "      3  common_speculative_gen_draft:" in out
