@@ -359,7 +359,9 @@ def _has_positions(result: ParseResult) -> bool:
                 or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
 
 
-def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
+def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | None:
+    """The position chart, then (for a finished log) the second charts; `live` draws only the first, so a
+    followed log's page redraws one chart a second."""
     result = op.parsed
     if not _has_positions(result):
         st.info(
@@ -375,6 +377,9 @@ def show_charts(op: Opened, axis: XAxis, key: str) -> int | None:
     fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
     fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
     st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
+    if live:
+        st.caption("Drafter minus target and the draft acceptance are drawn once the capture ends.")
+        return seq_id
     left, right = st.columns(2)
     with left:
         st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft block)")
@@ -540,7 +545,7 @@ def live_view(src: Source) -> None:
     op = Opened(src, result, None)
     axis = choose_axis(result)
     show_verdict(op, axis)
-    show_charts(op, axis, key)
+    show_charts(op, axis, key, live=True)
 
 
 def main() -> None:
