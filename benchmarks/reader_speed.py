@@ -68,14 +68,12 @@ def plain(path: Path, min_mb: int) -> Path:
     out = OUT / f"real-{path.name.removesuffix('.gz')}-{min_mb}mb.log"
     if out.exists():
         return out
-    with (gzip.open(path) if path.name.endswith(".gz") else open(path, "rb")) as f:
-        seed = f.read()
+    # streamed, never held whole: the children's peak RSS would otherwise start from this process's
     tmp = out.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        written = 0
-        while written == 0 or written < min_mb << 20:
-            f.write(seed)
-            written += len(seed)
+    with open(tmp, "wb") as dst:
+        while dst.tell() == 0 or dst.tell() < min_mb << 20:
+            with (gzip.open(path) if path.name.endswith(".gz") else open(path, "rb")) as src:
+                shutil.copyfileobj(src, dst, 4 << 20)
     tmp.replace(out)
     return out
 
@@ -95,7 +93,10 @@ jobs = int(sys.argv[2])
 t0, c0 = time.perf_counter(), time.process_time()
 r = analyze.parse(sys.argv[1], jobs=jobs) if jobs > 1 else analyze.parse(sys.argv[1])
 cpu = time.process_time() - c0 + sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])
-rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the benchmark process across fork and exec
+hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")]
+rss = max(hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 print(time.perf_counter() - t0, cpu, rss, len(r.batches), len(r.kv), len(r.errors), r.verdict.kind)
 """
 

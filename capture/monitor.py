@@ -23,6 +23,9 @@ from capture.sink import write_all
 
 _CLEAR = b"\r\x1b[K"
 TRIAGE_WINDOW = 4 << 20  # the triage reads at most this much log before the error
+# at the end, the live parse may finish only when this little is left: a burst it fell far behind on is not
+# waited for (the wrapper returns as soon as the program is done; the summary says how much was covered)
+CATCH_UP_BYTES = 4 << 20
 
 
 class Terminal:
@@ -260,11 +263,13 @@ class LiveParse:
                 self.terminal.message(self.triage_printed)
 
     def finish(self, end_offset: int, wait_s: float, abort: Callable[[], bool] = lambda: False) -> bool:
-        """Tell it where raw.log ends; wait (bounded, cut short by `abort`) for it to get there.
-        True if it read everything."""
+        """Tell it where raw.log ends; wait (bounded, cut short by `abort`) for it to get there when little
+        is left (CATCH_UP_BYTES), else stop it where it is. True if it read everything."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             return False
+        if end_offset - self.offset > CATCH_UP_BYTES:
+            wait_s = 0.0
         if end_offset == self.start_offset and self.first_error_at is None:
             # Nothing was captured: nothing to wait for (it may still be importing the reader).
             proc.kill()

@@ -125,6 +125,12 @@ def _wait_for_stop(
         time.sleep(0.05)
 
 
+def _preload_pandas() -> None:
+    with contextlib.suppress(Exception):
+        import pandas  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+
 def run_capture(
     session: Session,
     source: Source,
@@ -169,6 +175,9 @@ def run_capture(
                 live_note, monitor = f"live parsing unavailable: {exc}", None
         if pinger is not None:
             pinger.start()
+        # chunks.parquet is written with pandas when the capture ends: load it while the program runs, so
+        # that the wrapper returns right after the program (the import took seconds after it before)
+        threading.Thread(target=_preload_pandas, name="kvtrace-preload", daemon=True).start()
         reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, pinger)
 
         if pinger is not None:
