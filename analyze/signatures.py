@@ -370,7 +370,8 @@ def rule_multimodal(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def rule_target_positions(result: ParseResult, _c: CycleStats) -> Match | None:
-    pos = _positions(result)
+    err = result.errors
+    pos = err[(err["kind"] == "inconsistent_positions") | (err["variant"] == "seq_not_from_last")]
     for _, row in pos.iterrows():
         if _side(result, row) == "target":
             x = opt_int(row["last_pos"])
@@ -381,7 +382,8 @@ def rule_target_positions(result: ParseResult, _c: CycleStats) -> Match | None:
     return None
 
 
-RULE_NAMES = {"consecutive": "Y = X + 1", "unclosed": "closing line cut off"}
+RULE_NAMES = {"consecutive": "Y = X + 1", "unclosed": "closing line cut off",
+              "seq_not_from_last": "does not start from the last position stored"}
 SPEC_INIT = re.compile(r"common_speculative_(?:impl_\w+|init\w*):|ctx_dft=")
 
 

@@ -61,6 +61,8 @@ EXPECTED = {
     "65_textgen-6759-python-traceback-decode-ret1.log": "kv_cache_full",
     "66_llamacpp-pr25604-eagle3-layer-input-null-assert.log": "hidden_state_mismatch",
     "67_llamacpp-pr18039-eagle3-layer-input-null-quoted.log": "hidden_state_mismatch",
+    "68_koboldcpp-1535-kv-slot-then-seq-not-from-last-position.log": "target_position_mismatch",
+    "69_llamacpp-14204-embedding-server-invalid-input-batch-json.log": "unclassified",
 }
 # What each label's error kind allows (the signature refines the verdict, never contradicts it).
 ALLOWED = {
@@ -68,6 +70,7 @@ ALLOWED = {
                                "parallel_slot_mismatch", "multimodal_positions", "target_position_mismatch",
                                "unclassified"},
     "decode_failed": {"positions_not_continuous", "parallel_slot_mismatch", "multimodal_positions",
+                      "target_position_mismatch",
                       "encoder_model_decoded", "decode_compute_failed", "unclassified"},
     "kv_slot": {"kv_cache_full", "draft_kv_full"},
     "draft_stats_only": {"healthy_speculative"},
