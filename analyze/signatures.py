@@ -20,6 +20,7 @@ import pandas as pd
 
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
+from analyze.devices import devices_holding
 from analyze.records import lines_of, opt_int
 from analyze.verdict import failing_side
 
@@ -47,6 +48,9 @@ class Env:
     parallel: int | None = None
     kv_unified: bool = False
     split_mode: str = ""
+    devices: tuple[str, ...] = ()  # every non-CPU device the log lists (`RPC0`, `CUDA1`)
+    drafter_devices: tuple[str, ...] = ()  # the devices that hold the drafter's layers
+    target_devices: tuple[str, ...] = ()
     dflash: bool = False
     batch_debug: bool = False
     kv_cache_debug: bool = False
@@ -59,13 +63,18 @@ class Env:
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__} | {
-            "backend": "/".join(self.backends) or "unknown backend"}
+            "backend": "/".join(self.backends) or "unknown backend",
+            "device_list": ", ".join(self.devices) or f"{self.n_gpus}",
+            "drafter_on": f"; the drafter's layers are on {', '.join(self.drafter_devices)}"
+            if self.drafter_devices else ""}
 
     def lines(self) -> list[str]:
         """`key: value` lines for a report's environment block (only what the log said)."""
         out = []
         for key, value in (("build", self.build), ("backends", ", ".join(self.backends)),
-                           ("GPUs", self.n_gpus or ""), ("spec type", self.spec_type),
+                           ("GPUs", self.n_gpus or ""), ("devices", ", ".join(self.devices)),
+                           ("target on", ", ".join(self.target_devices)),
+                           ("drafter on", ", ".join(self.drafter_devices)), ("spec type", self.spec_type),
                            ("M-RoPE", "yes" if self.mrope else ""),
                            ("--parallel", "" if self.parallel is None else self.parallel),
                            ("--kv-unified", "on" if self.kv_unified else ""), ("split mode", self.split_mode),
@@ -109,6 +118,9 @@ def env_of(result: ParseResult) -> Env:
         parallel=parallel,
         kv_unified=kvu is not None and str(kvu).lower() not in ("0", "false", "off"),
         split_mode=_safe(_flag(flags, "--split-mode", "-sm") or ""),
+        devices=tuple(_safe(g.get("device") or g.get("name", "")) for g in meta.get("gpus") or ()),
+        target_devices=tuple(_safe(d) for d in devices_holding(meta.get("placement") or {}, "target")),
+        drafter_devices=tuple(_safe(d) for d in devices_holding(meta.get("placement") or {}, "drafter")),
         dflash=dflash,
         batch_debug=bool(meta.get("batch_debug")),
         kv_cache_debug=bool(meta.get("kv_cache_debug")),
@@ -408,6 +420,19 @@ def rule_draft_load(result: ParseResult, _c: CycleStats) -> Match | None:
                  key=str(row["variant"]))
 
 
+def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
+    """llama.cpp could not load a model at start-up (`llama_model_load: error loading model: ...`)."""
+    err = result.errors
+    rows = err[(err["kind"] == "load") & (err["variant"] == "model_load_error")]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    lines = lines_of(row["lines"])
+    what = (lines[0][1] if lines else "").split("error loading model:", 1)[-1].strip()[:160]
+    return Match(f"a start-up failure: the model did not load ({what}); the server stopped before serving.",
+                 tuple(_block_lines(row)), {"what": what}, key="split_buffers" if "split buffers" in what else "load")
+
+
 HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers
 HIDDEN_SPEC = ("n_embd", "hidden", "embd")  # size checks that only point at target/drafter in a speculative run
 
@@ -521,8 +546,9 @@ def _no_debug(e: Env) -> bool:
 
 RERUN_DEBUG = Step(f"Rerun with `{DEBUG_ENV}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
                    "batch and every stored KV position is in the log.", _no_debug)
-SINGLE_GPU = Step("Try a single GPU (`CUDA_VISIBLE_DEVICES=0`, or `--split-mode none`): the log shows {n_gpus} "
-                  "GPUs, and a failure that goes away on one GPU points at the split.", lambda e: e.n_gpus > 1)
+SINGLE_GPU = Step("Try a single GPU (`--split-mode none`, or `CUDA_VISIBLE_DEVICES=0`): the log shows {n_gpus} "
+                  "devices ({device_list}){drafter_on}, and a failure that goes away on one device points at the "
+                  "split.", lambda e: e.n_gpus > 1)
 NO_KVU = Step("Rerun without `--kv-unified`: with one shared KV stream, slots and the drafter see each "
               "other's positions.", lambda e: e.kv_unified)
 PARALLEL_1 = Step("Rerun with `--parallel 1`: the log runs {parallel} slots; if one slot works, the bug is in "
@@ -642,6 +668,18 @@ SIGNATURES: tuple[Signature, ...] = (
          REPORT_BUILD),
     ),
     Signature(
+        "model_load_failed", "Model failed to load at start-up", rule_model_load,
+        "llama.cpp stopped while loading a model, before the first request: the devices cannot hold the "
+        "requested layout (RPC devices, for one, cannot hold row-split tensors), the file is broken, or it "
+        "does not fit in memory.",
+        (Step("Use `--split-mode layer` (or `none`): `--split-mode row` needs devices that hold split buffers, and "
+              "RPC devices do not (this log lists {device_list}).",
+              lambda e: e.split_mode == "row" or any(d.startswith("RPC") for d in e.devices)),
+         Step("Check the device list (`llama-server --list-devices`, with the same `--rpc`/`--device` flags) and "
+              "the memory each one has free."),
+         REPORT_BUILD),
+    ),
+    Signature(
         "speculative_assert", "Assert or abort in the speculative path", rule_spec_assert,
         "llama.cpp hit an assertion or aborted while drafting or verifying. A DFlash drafter is non-causal and "
         "goes through encode(), which requires the whole batch in one ubatch (n_ubatch >= n_tokens).",
@@ -657,7 +695,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "llama.cpp hit an assertion or aborted in a run that uses no speculative decoding at all: the bug is in the "
         "model, the backend or the caller, not in a draft/verify cycle.",
         (Step("Paste the whole backtrace (all frames): the frames name the code path."),
-         Step("Retry on the CPU backend or a single GPU to tell a backend bug from a model bug.",
+         Step("Retry on the CPU backend (`-ngl 0`) to tell a backend bug from a model bug.",
               lambda e: e.n_gpus != 1),
          SINGLE_GPU, REPORT_BUILD),
     ),

@@ -19,6 +19,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from analyze.devices import add_device
 from analyze.records import KEEP_LINES_FOR, NA
 from analyze.source import Opened, iter_chunks, split_lines
 from analyze.walker import Walker
@@ -198,7 +199,7 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
     return merged, [w for r in results for w in r.warnings]
 
 
-_DEDUPED = ("versions", "backends", "gpus", "spec_impls", "rope", "arch")
+_DEDUPED = ("versions", "backends", "spec_impls", "rope", "arch")
 
 
 def merge(walkers: list[Walker]) -> Walker | None:
@@ -264,6 +265,11 @@ def _merge_meta(meta: dict[str, Any], more: dict[str, Any]) -> bool:
         elif key == "placement":
             if value:
                 meta[key] = value
+        elif key == "_layout":
+            meta[key].merge(value)
+        elif key == "gpus":  # one device seen in several lines and pieces: completed, not repeated
+            for gpu in value:
+                add_device(meta[key], gpu)
         elif key in ("mrope", "_draft_seen"):
             meta[key] = bool(meta.get(key)) or bool(value)
         else:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
+from analyze.devices import placement
 from analyze.normalize import readable
 from analyze.records import NA
 from analyze.spec import NONE, drafter_kv, spec_type
@@ -211,7 +212,9 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "drafter_kv": drafter_kv(spec_type(w.meta)),
         "context_sizes": {str(k): v for k, v in sizes.contexts.items()},
         "context_attribution": sizes.how,
-        "n_gpus": len({g["index"] for g in w.meta["gpus"]}) or max(w.meta.get("n_devices", {}).values(), default=0),
+        "n_gpus": len({g.get("device") or g["index"] for g in w.meta["gpus"]})
+        or max(w.meta.get("n_devices", {}).values(), default=0),
+        "placement": placement(w.meta["_layout"], w.meta["flags"], w.meta["placement"]),
         "batch_debug": len(w.batches) > 0,
         "kv_cache_debug": len(w.kv) > 0,
         "warnings": warnings,

@@ -173,6 +173,12 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
                        f"{', ret = ' + str(ret) if ret is not None else ''}): raise the context size or lower "
                        "--parallel / the batch size.")
             verdict_kind = "kv_slot"
+        elif kind == "load" and first["variant"] == "model_load_error":
+            lines = lines_of(first["lines"])
+            what = (lines[0][1] if lines else "").split("error loading model:", 1)[-1].strip()[:200]
+            summary = (f"A start-up failure: llama.cpp could not load the {'model' if comp == 'unknown' else comp} "
+                       f"({what}); it stopped before serving.")
+            verdict_kind = "other"
         elif kind == "load":
             summary = (f"The {comp} context failed to load or initialise ({first['variant']}); the server stopped "
                        "before serving.")

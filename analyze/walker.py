@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from analyze.attribution import caller_side, frame_side
+from analyze.devices import LAYOUT_KINDS, Layout, add_device, backend_of
 from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
@@ -58,7 +59,7 @@ class Walker:
         self.events: list[Event] = []
         self.meta: dict[str, Any] = {
             "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
-            "placement": {}, "rope": [], "arch": [], "mrope": False,
+            "placement": {}, "rope": [], "arch": [], "mrope": False, "_layout": Layout(),
         }
         self.n_lines = 0
         self.n_recognised = 0
@@ -452,14 +453,29 @@ class Walker:
             if "n" in g:
                 meta.setdefault("n_devices", {})[name] = int(g["n"])
         elif kind == "gpu":
-            gpu = {"index": int(g.get("idx", len(meta["gpus"]))), "name": g.get("name", "").strip()}
+            idx = int(g.get("idx", len(meta["gpus"])))
+            backend = p.extra.get("backend") or ("ROCm" if "arch" in g or "ROCm" in meta["backends"] else "CUDA")
+            gpu: dict[str, Any] = {"index": idx, "name": g.get("name", "").strip(), "backend": backend,
+                                   "device": backend if backend == "Metal" else f"{backend}{idx}"}
             if "cc" in g:
                 gpu["compute_capability"] = g["cc"]
-            if gpu not in meta["gpus"]:
-                meta["gpus"].append(gpu)
-            backend = p.extra.get("backend")
-            if backend and backend not in meta["backends"]:
+            if "mib" in g:
+                gpu["memory_mib"] = int(g["mib"])
+            add_device(meta["gpus"], gpu)
+            if p.extra.get("backend") and backend not in meta["backends"]:
                 meta["backends"].append(backend)
+        elif kind in LAYOUT_KINDS:
+            if kind in ("device", "use_device"):
+                dev = g["device"]
+                backend = backend_of(dev)
+                digits = dev[len(backend):]
+                add_device(meta["gpus"], {"index": int(digits) if digits.isdigit() else 0, "name": g["name"].strip(),
+                                          "device": dev, "backend": backend, "memory_mib": _int(g.get("total")),
+                                          "free_mib": _int(g.get("free"))})
+                if backend not in meta["backends"]:
+                    meta["backends"].append(backend)
+            if kind != "device":
+                meta["_layout"].feed(kind, g, bool(meta.get("_draft_seen")))
         elif kind == "placement":
             meta["placement"] = {k: int(v) for k, v in g.items()}
         elif kind in ("context", "kv_cache"):

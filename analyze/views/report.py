@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.signatures import SignatureMatch, match_signature, plain_summary
 from analyze.views.overview import Overview, overview
 from analyze.views.positions import XAxis, stored_positions
@@ -211,7 +212,29 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
 
 
 # Meta keys the environment summary (signatures.Env.lines) already states.
-_SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug"})
+_SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug", "gpus", "placement"})
+
+
+def _cell(text: str) -> str:
+    """A table cell holding log text: escaped, and without the characters a table or code span would take."""
+    return escape(text.replace("`", "").replace("|", "/"))
+
+
+def device_blocks(meta: Mapping[str, Any]) -> list[Block]:
+    """The devices the log lists and where the target's and the drafter's layers and buffers sat."""
+    out: list[Block] = []
+    devices = device_rows(dict(meta))
+    if devices:
+        out += [Prose("**Devices** (from the log):"),
+                Table(["device", "backend", "description", "memory"],
+                      [[_cell(v) for v in r.values()] for r in devices])]
+    placed = placement_rows(dict(meta))
+    line = layout_line(dict(meta))
+    if placed or line:
+        out.append(Prose("**Placement**" + (f" ({escape(line)})" if line else "") + ":"))
+    if placed:
+        out.append(Table(list(placed[0]), [[_cell(v) for v in r.values()] for r in placed]))
+    return out
 
 
 def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block]:
@@ -271,6 +294,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     env = sig.env.lines() + _meta_lines(result.meta or {}, _SUMMARISED)
     if env:
         out += [Prose("**Environment** (from the log):"), Code(env)]
+    out += device_blocks(result.meta or {})
     if sig.steps:
         out += [Prose("**Next steps:**"), Bullets(sig.steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
