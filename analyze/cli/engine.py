@@ -38,8 +38,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
                      help="Break the drafter's bookkeeping the way a real bug does (none = healthy)."),
         click.option("--spec-type", type=click.Choice(SPEC_TYPES), default="draft-dflash", show_default=True,
-                     help="llama.cpp's speculative type: draft-dflash runs a real DFlash drafter on the target's "
-                     "layer inputs; draft-simple a plain llama drafter (see --drafting)."),
+                     help="llama.cpp's speculative type: draft-dflash and draft-eagle3 run real DFlash / EAGLE3 "
+                     "drafters on the target's layer inputs; draft-simple a plain llama drafter (see --drafting)."),
         click.option("--requests", type=click.IntRange(min=1), default=3, show_default=True,
                      help="Requests in a row on one slot (new prompt, shared-prefix reuse, clear, ...)."),
         click.option("--cycles", type=click.IntRange(min=1), default=32, show_default=True,
@@ -149,6 +149,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     Examples:
       kvtrace capture engine --fault stale-drafter
       kvtrace capture engine --fault no-rollback --draft 8 --out ./repro
+      kvtrace capture engine --spec-type draft-eagle3 --fault stale-drafter
       kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
       kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2

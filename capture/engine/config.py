@@ -10,9 +10,9 @@ from capture.engine.lines import FLAVORS
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 DRAFTING = ("block", "chain")
-# llama.cpp's own --spec-type names. draft-dflash: a real `dflash` drafter fed the target's layer inputs;
-# draft-simple: a plain llama drafter (`drafting` picks its batch shape).
-SPEC_TYPES = ("draft-dflash", "draft-simple")
+# llama.cpp's own --spec-type names. draft-dflash and draft-eagle3: real `dflash` / `eagle3` drafters fed the
+# target's layer inputs; draft-simple: a plain llama drafter (`drafting` picks its batch shape).
+SPEC_TYPES = ("draft-dflash", "draft-eagle3", "draft-simple")
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
 class EngineError(RuntimeError):
     """The engine cannot run as asked; the message is one line for the user."""

@@ -156,6 +156,23 @@ class ServerLines:
         else:
             self.w.emit(INFO, f"dflash: contract ok: block_size={block_size} mask_token={mask} n_extract={n_extract}\n")
 
+    def eagle3_added(self, n_max: int) -> None:
+        """EAGLE3's constructor (SPC_TRC: trace lines, printed at debug level)."""
+        func = spc_prefix("common_speculative_impl_draft_eagle3")
+        self.w.emit(DEBUG, f"{func}adding speculative implementation 'draft-eagle3'\n")
+        self.w.emit(DEBUG, f"{func}- n_max={n_max}, n_min=0, p_min=0.000000, backend_sampling=1\n")
+
+    def eagle3_failed(self, step: str, ret: int, n_tokens: int, pos: int, i: int = 0) -> None:
+        """EAGLE3's own SPC_ERR lines (upstream's wording in every flavour: the forks' EAGLE3 is upstream's)."""
+        if step == "encode":
+            msg = f"{spc_prefix('process')}llama_process(ctx_dft) failed rc={ret} (n_tokens={n_tokens}, offset=0)"
+        elif step == "inject":
+            msg = (f"{spc_prefix('process')}llama_process(ctx_dft) failed rc={ret} (n_tokens={n_tokens}, "
+                   f"ubatch_pos[0]={pos})")
+        else:
+            msg = f"{spc_prefix('draft')}llama_process{f'[{i}]' if i else ''} returned {ret}"
+        self.w.emit(ERROR, msg + "\n")
+
     def dflash_clamp(self, n_max: int, block_size: int) -> None:
         self.w.emit(
             WARN,
@@ -163,8 +180,10 @@ class ServerLines:
             f"trained block size {block_size} -- clamping to {block_size - 1}\n",
         )
 
-    def draft_candidates(self, logits: np.ndarray, pos: int, banned: np.ndarray, piece: Callable[[int], str]) -> None:
-        """draft()'s DBG lines for one drafted position: the top 3 of the backend's top-k 10, no prefix."""
+    def draft_candidates(self, logits: np.ndarray, pos: int, banned: np.ndarray, piece: Callable[[int], str],
+                         prefix: str = "") -> None:
+        """draft()'s DBG lines for one drafted position: the top 3 of the backend's top-k 10 (DFlash's LOG_DBG
+        has no prefix, EAGLE3's SPC_DBG has `spec        draft: `)."""
         import numpy as np
 
         z = logits.astype(np.float64)  # a copy: the drafter's logits stay as llama.cpp left them
@@ -175,7 +194,8 @@ class ServerLines:
         for k in range(3):
             tok = int(top[k])
             self.w.emit(
-                DEBUG, f" - seq_id 0, draft candidate {k:3d}, pos {pos:3d}: {tok:6d} ({p[k]:8.3f}) '{piece(tok)}'\n"
+                DEBUG,
+                f"{prefix} - seq_id 0, draft candidate {k:3d}, pos {pos:3d}: {tok:6d} ({p[k]:8.3f}) '{piece(tok)}'\n",
             )
 
     def commit_failed(self, ret: int, n_tokens: int) -> None:

@@ -77,6 +77,7 @@ class Context:
         self.batch = llama.llama_batch_init(config.n_batch, 0, 1)
         self.ext: Any = None  # llama_batch_ext for llama_process (DFlash drafter), made on first use
         self._pos = (ctypes.c_int32 * 4)()
+        self._keep: np.ndarray | None = None
 
     def _ext(self) -> Any:
         if self.ext is None:
@@ -98,17 +99,35 @@ class Context:
             L.llama_batch_ext_set_output_logits(ext, idx, True)
         return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, ext))
 
-    def process_embd(self, rows: np.ndarray, pos0: int) -> int:
-        """One llama_process(DECODE) of an embedding batch (one row per position, no outputs) at pos0.."""
+    def process_embd(self, rows: np.ndarray, pos0: int, encode: bool = False) -> int:
+        """One llama_process of an embedding batch (one row per position) at pos0..: DECODE without outputs
+        (DFlash's injection), or ENCODE with every output (EAGLE3's fc encoder)."""
         L, ext = self.L, self._ext()
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
-        ptr = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        width = rows.shape[1]
+        rows = self._keep = np.ascontiguousarray(rows, dtype=np.float32)  # alive until the call returns
         for i in range(rows.shape[0]):
-            row = ctypes.cast(ctypes.addressof(ptr.contents) + 4 * width * i, ctypes.POINTER(ctypes.c_float))
-            idx = L.llama_batch_ext_add_embd(ext, SEQ, L.llama_embd(row, 1, width))
+            idx = L.llama_batch_ext_add_embd(ext, SEQ, self._embd(rows, i))
             self._set_pos(ext, idx, pos0 + i)
+            if encode:
+                L.llama_batch_ext_set_output_logits(ext, idx, True)
+        kind = L.LLAMA_PROCESS_TYPE_ENCODE if encode else L.LLAMA_PROCESS_TYPE_DECODE
+        return int(L.llama_process(self.ctx, kind, ext))
+
+    def process_pairs(self, tokens: list[int], rows: np.ndarray, pos0: int, output: bool) -> int:
+        """One llama_process(DECODE) of tokens that each carry an embedding row too (EAGLE3's (token, g) pairs)."""
+        L, ext = self.L, self._ext()
+        rows = self._keep = np.ascontiguousarray(rows, dtype=np.float32)
+        for i, tok in enumerate(tokens):
+            idx = L.llama_batch_ext_add_token(ext, SEQ, tok)
+            self._set_pos(ext, idx, pos0 + i)
+            L.llama_batch_ext_set_embd_token(ext, idx, self._embd(rows, i))
+            if output:
+                L.llama_batch_ext_set_output_logits(ext, idx, True)
         return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, ext))
+
+    def _embd(self, rows: np.ndarray, i: int) -> Any:
+        width = rows.shape[1]
+        row = ctypes.cast(rows.ctypes.data + 4 * width * i, ctypes.POINTER(ctypes.c_float))
+        return self.L.llama_embd(row, 1, width)
 
     def kv_range(self) -> tuple[int, int]:
         return self.L.llama_memory_seq_pos_min(self.mem, SEQ), self.L.llama_memory_seq_pos_max(self.mem, SEQ)

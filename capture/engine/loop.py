@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from capture.engine.config import EngineConfig, EngineError
-from capture.engine.lines import RequestTimings, ServerLines, SpecStats
+from capture.engine.lines import RequestTimings, ServerLines, SpecStats, spc_prefix
 from capture.engine.llama import SEQ, Context, layer_input_api
 from capture.engine.llama_log import LogWriter
 from capture.engine.records import CycleRecord, DecodeRecord
@@ -77,11 +77,13 @@ class Engine:
         self.accepted = 0
         self.n_requests = 0
         self.dflash = config.spec_type == "draft-dflash"
+        self.eagle3 = config.spec_type == "draft-eagle3"
+        self.hidden = self.dflash or self.eagle3  # drafters fed the target's layer inputs
         self.k = config.draft
         self.target = Context(llama_cpp, "target", models.target, config.n_ctx_target, config)
         try:
-            # A DFlash drafter reads the target's token embeddings and output head through ctx_other.
-            other = self.target if self.dflash else None
+            # DFlash and EAGLE3 drafters read the target's token embeddings and output head through ctx_other.
+            other = self.target if self.hidden else None
             self.drafter = Context(llama_cpp, "drafter", models.drafter, config.n_ctx_drafter, config, other)
         except EngineError:
             self.target.close()
@@ -97,8 +99,17 @@ class Engine:
         self.drafter_in_sync = True  # false once the stale-drafter fault has left the drafter behind
         self.layer_ids: list[int] = []
         self.get_layer_inp: Any = None
+        # EAGLE3's deferred boundary: the last target row's position and its g (encoder output), and the
+        # rows of the last verify batch, for accept() to pick the accepted one
+        self.pending_pos = -1
+        self.pending_g = np.zeros(0, dtype=np.float32)
+        self.verify_g = np.zeros((0, 0), dtype=np.float32)
+        self.verify_pos_first = -1
+        self.nextn: Any = None
         if self.dflash:
             self._start_dflash()
+        elif self.eagle3:
+            self._start_eagle3()
 
     def _start_dflash(self) -> None:
         """What common_speculative_impl_draft_dflash's constructor does: the drafter's <mask>, its block size,
@@ -116,6 +127,22 @@ class Engine:
             set_layer_inp(self.target.ctx, il, True)
         L.llama_set_causal_attn(self.drafter.ctx, False)
         self.lines.dflash_added(self.k, block_size, self.mask, len(self.layer_ids))
+
+    def _start_eagle3(self) -> None:
+        """common_speculative_impl_draft_eagle3's constructor: extraction of the three target layer inputs, and
+        the drafter's nextn embeddings (g from the encoder, the pre-norm state of each draft)."""
+        from llama_cpp import llama_cpp_ext
+
+        meta = gguf_meta(self.models.drafter)
+        layers = meta["eagle3.target_layers"]
+        assert isinstance(layers, list)  # engine_models checked the file
+        self.layer_ids = [int(i) for i in layers]
+        set_layer_inp, self.get_layer_inp = layer_input_api(self.L)
+        for il in sorted(set(self.layer_ids)):
+            set_layer_inp(self.target.ctx, il, True)
+        self.nextn = llama_cpp_ext
+        llama_cpp_ext.llama_set_embeddings_nextn(self.drafter.ctx, True, True)
+        self.lines.eagle3_added(self.k)
 
     def close(self) -> None:
         self.drafter.close()
@@ -172,16 +199,80 @@ class Engine:
     def _inject(self, n: int, pos0: int) -> int:
         """process(): the target's layer inputs for the n tokens of its last batch go into the drafter's KV at
         the same positions, as one embedding batch (DFlash's fused fc -> hidden_norm -> K/V graph)."""
-        rows = np.concatenate(
-            [np.ctypeslib.as_array(self.get_layer_inp(self.target.ctx, il), shape=(n, self.target.n_embd))
-             for il in self.layer_ids], axis=1,
-        )  # fmt: skip
+        rows = self._features(n)
         line = self.w.line
         ret = self.drafter.process_embd(rows, pos0)
         self._record(self.drafter, line, n, pos0, ret, "inject")
         if ret != 0:
             self.lines.inject_failed(ret, n)
         return ret
+
+    def _features(self, n: int) -> np.ndarray:
+        """The target's layer inputs for the n tokens of its last batch, one row of len(layer_ids) x n_embd each."""
+        return np.concatenate(
+            [np.ctypeslib.as_array(self.get_layer_inp(self.target.ctx, il), shape=(n, self.target.n_embd))
+             for il in self.layer_ids], axis=1,
+        )  # fmt: skip
+
+    def _process(self, tokens: list[int], pos0: int) -> int:
+        """common_speculative_process() after a target batch: DFlash's injection or EAGLE3's encode + pairs."""
+        return self._inject(len(tokens), pos0) if self.dflash else self._e3_process(tokens, pos0)
+
+    def _e3_process(self, tokens: list[int], pos0: int) -> int:
+        """EAGLE3 process(): encode the target's features into g rows (ENCODE at the drafter's next positions,
+        no KV), then decode the pairs (token[k + 1], g[k]) at the target's positions pos0 + k, plus the deferred
+        (token[0], g of the last boundary) when it lines up; the last row becomes the new deferred boundary."""
+        D, n = self.drafter, len(tokens)
+        line = self.w.line
+        p_enc = D.kv_range()[1] + 1
+        ret = D.process_embd(self._features(n), p_enc, encode=True)
+        self._record(D, line, n, p_enc, ret, "encode")
+        if ret != 0:
+            self.lines.eagle3_failed("encode", ret, n, p_enc)
+            return ret
+        g = np.ctypeslib.as_array(self.nextn.llama_get_embeddings_nextn(D.ctx), shape=(n, D.n_embd)).copy()
+        pair_tokens, pair_rows, p0 = tokens[1:], g[: n - 1], pos0
+        if self.pending_pos >= 0 and self.pending_pos + 1 == pos0 and self.pending_pos > D.kv_range()[1]:
+            pair_tokens, p0 = [tokens[0]] + pair_tokens, self.pending_pos
+            pair_rows = np.concatenate([self.pending_g[None, :], pair_rows])
+        self.verify_pos_first, self.pending_pos = pos0, pos0 + n - 1
+        self.verify_g, self.pending_g = g, g[n - 1].copy()
+        if not pair_tokens:
+            return 0
+        line = self.w.line
+        ret = D.process_pairs(pair_tokens, pair_rows, p0, output=False)
+        self._record(D, line, len(pair_tokens), p0, ret, "inject")
+        if ret != 0:
+            self.lines.eagle3_failed("inject", ret, len(pair_tokens), pos0)
+        return ret
+
+    def _e3_accept(self, a: int) -> None:
+        if len(self.verify_g):
+            i = min(a, len(self.verify_g) - 1)
+            self.pending_pos, self.pending_g = self.verify_pos_first + i, self.verify_g[i].copy()
+
+    def _e3_draft(self, id_last: int) -> tuple[list[int], int]:
+        """EAGLE3 draft(): trim the drafter to the deferred boundary, decode (id_last, g) there, then one token at
+        a time, each with the previous step's pre-norm state."""
+        D = self.drafter
+        if self.pending_pos < 0:
+            return [], 0
+        D.seq_rm(self.pending_pos)
+        token, row, pos = id_last, self.pending_g[None, :], self.pending_pos
+        drafts: list[int] = []
+        for i in range(self.k):
+            line = self.w.line
+            ret = D.process_pairs([token], row, pos, output=True)
+            self._record(D, line, 1, pos, ret, "draft")
+            if ret != 0:
+                self.lines.eagle3_failed("draft", ret, 1, pos, i)
+                return drafts, ret
+            token = self._argmax(D, 0)
+            self.lines.draft_candidates(D.logits(0), i, self.banned, self._piece, prefix=spc_prefix("draft"))
+            drafts.append(token)
+            row = np.ctypeslib.as_array(self.nextn.llama_get_embeddings_nextn_ith(D.ctx, 0), shape=(1, D.n_embd)).copy()
+            pos += 1
+        return drafts, 0
 
     def _noise(self, n_past: int, id_last: int) -> tuple[list[int], int]:
         """draft(): the noise block [id_last, <mask> x k] at n_past.., read greedily at positions 1..k."""
@@ -190,6 +281,7 @@ class Engine:
         ret = D.process_tokens([id_last] + [self.mask] * k, n_past)
         self._record(D, line, k + 1, n_past, ret, "noise")
         if ret != 0:
+            self.lines.draft_failed(ret, process=True)
             return [], ret
         drafts = []
         for j in range(1, k + 1):
@@ -214,8 +306,8 @@ class Engine:
             ret = self.decode(ctx, chunk, off, all_logits=False, step="prompt")
             if ret != 0:
                 return ret
-            feeds_drafter = self.dflash and ctx is self.target and self.drafter_in_sync
-            if feeds_drafter and self._inject(len(chunk), off) != 0 and self.lines.flavor == "upstream":
+            feeds_drafter = self.hidden and ctx is self.target and self.drafter_in_sync
+            if feeds_drafter and self._process(chunk, off) != 0 and self.lines.flavor == "upstream":
                 return INJECT_FAILED  # upstream's server throws: the request ends
         return 0
 
@@ -272,7 +364,7 @@ class Engine:
             slot.tokens, slot.n_past = [], 0
             return
         slot.id_last = self._argmax(T, -1)
-        if self.drafter_in_sync and not self.dflash:
+        if self.drafter_in_sync and not self.hidden:
             # Stand-in for DFlash's prefill capture: the drafter's cache covers the prompt too.
             tb = time.perf_counter()
             dret = self._decode_prompt(D, prompt, n_past, task, show=False)
@@ -289,7 +381,7 @@ class Engine:
         for c in range(cfg.cycles):
             if slot.n_past + self.k + 2 > self.limit:
                 break  # the slot's context is full: the request ends here, like hitting n_predict
-            cycle = self._cycle_dflash if self.dflash else self._cycle
+            cycle = self._cycle_hidden if self.hidden else self._cycle
             a, n_draft, ok = cycle(index, task, c, slot)
             on_cycle()
             if cfg.pace_s:
@@ -363,12 +455,13 @@ class Engine:
         self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, T.kv_range()[1], D.kv_range()[1]))
         return a, len(drafts), True
 
-    def _cycle_dflash(self, index: int, task: int, c: int, slot: Slot) -> tuple[int, int, bool]:
-        """One server-slot cycle with a real DFlash drafter. Returns (accepted, drafted, request goes on).
+    def _cycle_hidden(self, index: int, task: int, c: int, slot: Slot) -> tuple[int, int, bool]:
+        """One server-slot cycle with a real DFlash or EAGLE3 drafter. Returns (accepted, drafted, request goes on).
 
-        draft(): the noise block at n_past, then the server drops it (seq_rm(ctx_dft, n_past, -1)); the target
-        verifies [id_last, d1..dk] in one batch; process(): its layer inputs go into the drafter at the same
-        positions; then the rejected positions leave both caches (the slot's common_memory::seq_rm).
+        draft() (DFlash: the noise block at n_past; EAGLE3: a chain from its deferred boundary), then the server
+        drops what drafting put at n_past and after (seq_rm(ctx_dft, n_past, -1)); the target verifies
+        [id_last, d1..dk] in one batch; process(): its layer inputs go into the drafter at the same positions;
+        then the rejected positions leave both caches (the slot's common_memory::seq_rm) and accept() runs.
         """
         cfg, T, D = self.cfg, self.target, self.drafter
         n_past, id_last = slot.n_past, slot.id_last
@@ -376,10 +469,8 @@ class Engine:
 
         t0 = time.perf_counter()
         self.stats.n_gen_calls += 1
-        drafts, dret = self._noise(n_past, id_last)
-        if dret != 0:
-            self.lines.draft_failed(dret, process=True)
-        elif trim:
+        drafts, dret = self._noise(n_past, id_last) if self.dflash else self._e3_draft(id_last)
+        if trim:
             D.seq_rm(n_past)
         if drafts:
             self.stats.n_gen_drafts += 1
@@ -394,7 +485,7 @@ class Engine:
         while a < len(drafts) and self._argmax(T, a) == drafts[a]:
             a += 1
         new_token = self._argmax(T, a)  # read before the drafter runs: the target's logits stay valid anyway
-        iret = self._inject(len(drafts) + 1, n_past)
+        iret = self._process([id_last] + drafts, n_past)
         if iret != 0 and self.lines.flavor == "upstream":
             self.lines.speculative_batch_failed()
             self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), 0, dret, *self._maxes()))
@@ -414,6 +505,8 @@ class Engine:
         T.seq_rm(n_past + a + 1)
         if trim:
             D.seq_rm(n_past + a + 1)
+        if self.eagle3:
+            self._e3_accept(a)
         slot.tokens += drafts[:a] + [new_token]
         slot.n_past = n_past + a + 1
         slot.id_last = new_token

@@ -41,9 +41,10 @@ def engine_models(config: EngineConfig) -> ModelPair:
     """The user's GGUF pair or the generated tiny pair (made on first use), checked for the spec type."""
     try:
         pair = resolve_models(config.target, config.drafter, cache_dir=config.cache_dir, seed=config.seed)
-        if pair.generated and config.spec_type == "draft-dflash":
-            dflash = ensure_upstream_drafter("dflash", config.cache_dir, config.seed)
-            pair = ModelPair(pair.target, dflash, generated=True, seed=config.seed)
+        if pair.generated and config.spec_type in ("draft-dflash", "draft-eagle3"):
+            kind = config.spec_type.removeprefix("draft-")
+            drafter = ensure_upstream_drafter(kind, config.cache_dir, config.seed)
+            pair = ModelPair(pair.target, drafter, generated=True, seed=config.seed)
         check_pair(config.spec_type, pair)
     except (OSError, ValueError) as e:
         raise EngineError(str(e)) from None
@@ -62,7 +63,8 @@ def check_pair(spec_type: str, pair: ModelPair) -> None:
         return
     want = spec_type.removeprefix("draft-")
     if d_arch != want:
-        raise EngineError(f"--spec-type {spec_type} needs a {want} drafter; {pair.drafter.name} is {d_arch}")
+        article = "an" if want[0] in "aeiou" else "a"
+        raise EngineError(f"--spec-type {spec_type} needs {article} {want} drafter; {pair.drafter.name} is {d_arch}")
     layers = d.get(f"{d_arch}.target_layers")
     if not isinstance(layers, list) or not layers:
         raise EngineError(f"drafter {pair.drafter.name} has no {d_arch}.target_layers")
@@ -72,9 +74,11 @@ def check_pair(spec_type: str, pair: ModelPair) -> None:
             f"drafter {pair.drafter.name}: target_layers {layers} reach the target's n_layer = {t_layers} "
             f"(a {t_arch} target gives layer inputs 0..{t_layers - 1} only)"
         )
-    if t_embd != d_embd:
+    if t_embd != d_embd or d.get(f"{d_arch}.target_hidden_size", t_embd) != t_embd:
         raise EngineError(f"target and drafter widths differ (n_embd {t_embd} vs {d_embd})")
-    if d.get("tokenizer.ggml.mask_token_id") is None:
+    if want == "eagle3" and len(layers) != 3:
+        raise EngineError(f"drafter {pair.drafter.name}: EAGLE3 needs 3 target layers, not {len(layers)}")
+    if want == "dflash" and d.get("tokenizer.ggml.mask_token_id") is None:
         raise EngineError(f"drafter {pair.drafter.name} has no tokenizer.ggml.mask_token_id (DFlash's <mask>)")
 
 

@@ -13,7 +13,7 @@ from capture.engine import EngineConfig, run_engine
 from capture.session import new_session
 
 # (spec type, fault, draft size, LLAMA_KV_CACHE_DEBUG); draft-simple's drafting: block, or chain where marked
-DFLASH, SIMPLE, CHAIN = "draft-dflash", "draft-simple", "draft-simple/chain"
+DFLASH, EAGLE3, SIMPLE, CHAIN = "draft-dflash", "draft-eagle3", "draft-simple", "draft-simple/chain"
 CASES = [
     (DFLASH, "none", 2, True),
     (DFLASH, "none", 6, True),
@@ -23,6 +23,10 @@ CASES = [
     (DFLASH, "no-rollback", 8, True),
     (DFLASH, "stale-drafter", 4, False),  # no find_slot lines: attribution from the log's other clues only
     (DFLASH, "none", 4, False),
+    (EAGLE3, "none", 3, True),
+    (EAGLE3, "stale-drafter", 3, True),
+    (EAGLE3, "no-rollback", 4, True),
+    (EAGLE3, "stale-drafter", 2, False),
     (SIMPLE, "none", 2, True),
     (SIMPLE, "stale-drafter", 6, True),
     (SIMPLE, "no-rollback", 3, True),
@@ -112,13 +116,15 @@ def test_healthy_capture_is_not_flagged(captures: dict, case: tuple) -> None:
     assert r.verdict.acceptance["generated"] > 0
 
 
-@pytest.mark.parametrize("spec", [DFLASH, SIMPLE])
-def test_stale_drafter_signature(captures: dict, spec: str) -> None:
-    r = analyze.parse(captures[(spec, "stale-drafter", 6, True)])
+@pytest.mark.parametrize(("spec", "draft"), [(DFLASH, 6), (SIMPLE, 6), (EAGLE3, 3)])
+def test_stale_drafter_signature(captures: dict, spec: str, draft: int) -> None:
+    r = analyze.parse(captures[(spec, "stale-drafter", draft, True)])
     xs = r.errors.last_pos.dropna()
     # the drafter's stored max stays put while the target climbs (a DFlash noise block that lands exactly at
     # X + 1 after a later reset is accepted, and moves X once)
-    assert xs.head(16).nunique() == 1 and xs.nunique() <= 2, "the drafter's stored max stays put"
+    assert xs.head(16).nunique() == 1, "the drafter's stored max stays put"
+    if spec != EAGLE3:  # EAGLE3's draft() trims the drafter itself and sometimes lands: X then moves on
+        assert xs.nunique() <= 2
     assert "stale" in r.verdict.summary
 
 

@@ -37,6 +37,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("engine-models")
     ensure_models(path, seed=0)
     ensure_upstream_drafter("dflash", path, seed=0)
+    ensure_upstream_drafter("eagle3", path, seed=0)
     return path
 
 
@@ -75,6 +76,7 @@ def position_errors(result: EngineResult) -> list[tuple[int, int, int]]:
 
 SIMPLE = "draft-simple"
 DFLASH = "draft-dflash"
+EAGLE3 = "draft-eagle3"
 
 
 @pytest.mark.parametrize(
@@ -216,8 +218,8 @@ def test_stale_dflash_drafter_refuses_its_noise_block_and_injection(capture, dra
 
 
 @pytest.mark.parametrize(("spec", "draft", "drafting"), [(DFLASH, 3, "block"), (DFLASH, 8, "block"),
-                                                          (SIMPLE, 3, "block"), (SIMPLE, 8, "block"),
-                                                          (SIMPLE, 4, "chain")])
+                                                          (EAGLE3, 3, "block"), (SIMPLE, 3, "block"),
+                                                          (SIMPLE, 8, "block"), (SIMPLE, 4, "chain")])
 def test_no_rollback_leaves_rejected_positions(capture, spec: str, draft: int, drafting: str) -> None:
     result = capture(fault="no-rollback", spec_type=spec, draft=draft, drafting=drafting, requests=2, cycles=24)
     gt = truth(result)
@@ -228,6 +230,48 @@ def test_no_rollback_leaves_rejected_positions(capture, spec: str, draft: int, d
     for (_, x, y), row in zip(errors, failed.itertuples(), strict=True):
         assert x >= y  # the rejected draft positions are still in the drafter's cache
         assert (x, y) == (row.drafter_kv_max, row.pos_min)
+
+
+@pytest.mark.parametrize("draft", [1, 3, 6])
+def test_eagle3_follows_upstreams_flow(capture, draft: int) -> None:
+    """draft-eagle3: each target batch's three layer inputs are encoded (ENCODE, no KV) into g rows, the pairs
+    (token[k + 1], g[k]) go into the drafter at the target's positions, and the draft is a chain of one-token
+    decodes from the deferred boundary. Healthy: nothing refused, and after every cycle the drafter is at the
+    target's position (or one behind it, the deferred boundary, when every draft was accepted)."""
+    result = capture(fault="none", spec_type=EAGLE3, draft=draft, requests=4, cycles=16)
+    gt = truth(result)
+    assert result.n_failures == 0 and len(result.cycles) == 64
+    assert set(gt[gt.context == "drafter"].step) == {"encode", "inject", "draft"}
+    assert (gt[gt.step == "draft"].n_tokens == 1).all()
+    for c in result.cycles:
+        assert c.n_draft == draft
+        assert c.target_kv_max == c.pos + c.n_accepted
+        assert c.drafter_kv_max == c.target_kv_max - (c.n_accepted == draft)
+    verify = gt[gt.step == "verify"]
+    inject = gt[gt.step == "inject"]
+    assert set(verify.pos_min) <= set(inject.pos_min), "each verify batch's pairs start at its positions"
+    for row in gt[gt.step != "encode"].itertuples():  # the encoder writes no KV
+        assert (row.target_kv_max if row.context == "target" else row.drafter_kv_max) == row.pos_max, row
+    text = (result.session / "raw.log").read_bytes()
+    assert b"spec common_specu: adding speculative implementation 'draft-eagle3'" in text
+    assert re.search(rb"\n\S+ D spec        draft:  - seq_id 0, draft candidate   0, pos   0: ", text)
+
+
+def test_stale_eagle3_drafter(capture) -> None:
+    """EAGLE3's draft() trims the drafter to its deferred boundary itself, so the stale drafter first fails
+    where the target's layer inputs go in, then at every draft: X stuck, Y climbing, on the drafter's side."""
+    result = capture(fault="stale-drafter", spec_type=EAGLE3, draft=3, requests=3, cycles=16)
+    gt = truth(result)
+    failed = gt[gt.ret != 0]
+    errors = position_errors(result)
+    assert len(failed) == len(errors) >= 16 and (failed.context == "drafter").all()
+    assert set(failed.step) == {"inject", "draft"} and failed.step.iloc[0] == "inject"
+    assert [(x, y) for _, x, y in errors] == list(zip(failed.drafter_kv_max, failed.pos_min, strict=True))
+    assert len({x for _, x, _ in errors[:16]}) == 1 and errors[0][2] > errors[0][1] + 1
+    text = (result.session / "raw.log").read_bytes()
+    assert re.search(rb"\n\S+ E spec      process: llama_process\(ctx_dft\) failed rc=-1 \(n_tokens=\d+, "
+                     rb"ubatch_pos\[0\]=\d+\)\n", text)  # fmt: skip
+    assert re.search(rb"\n\S+ E spec        draft: llama_process returned -1\n", text)
 
 
 def test_ground_truth_table(capture) -> None:
@@ -374,6 +418,7 @@ def test_bad_drafters_are_one_line_errors_before_loading(cache: Path, tmp_path: 
         (narrow, DFLASH, r"widths differ \(n_embd 64 vs 32\)"),
         (pair.drafter, DFLASH, "needs a dflash drafter; drafter.gguf is llama"),
         (dflash, SIMPLE, "is a dflash model: use --spec-type draft-dflash"),
+        (dflash, EAGLE3, "needs an eagle3 drafter; dflash-v2.gguf is dflash"),
     ]
     for drafter, spec, message in cases:
         session = Session(tmp_path / drafter.stem / spec)
