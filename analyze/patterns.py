@@ -313,6 +313,8 @@ PATTERNS: tuple[Pattern, ...] = (
        r"encoding image)", kind="mm"),
     _p("mm_chunk", "event", "eval chunk", r"failed to eval chunk", kind="mm"),
     # ---- which side was working just before a failure
+    _p("draft_loading", "hint", "loading draft model", r"loading draft model", kind="draft_init", component="drafter",
+       builds="server/common: a failure right after it is the draft model's load"),
     _p("draft_candidate", "hint", "draft candidate",
        r"seq_id (?P<seq>\d+), draft candidate\s+(?P<i>\d+), pos\s+(?P<pos>\d+)", kind="draft",
        component="drafter"),

@@ -409,6 +409,8 @@ class Walker:
             return
         if p.kind == "kv_warning":
             self._seq_hint = (no, int(g["seq"]))
+        if p.kind == "draft_init":  # a draft context being made is speculative decoding, hint or not
+            self.meta["_draft_seen"] = True
         if p.family == "hint" and p.kind in ("decode", "draft_start", "draft_init"):
             return
         if p.kind == "new_prompt":

@@ -180,3 +180,12 @@ def test_more_wrapper_wordings_and_their_sides() -> None:
     kind, comp, line, sig = read("llama_init_from_model: failed to initialize the context: failed to allocate "
                                  "compute pp buffers\nmain: exiting due to model loading error\n")
     assert (kind, comp, line) == ("other", "target", 1) and sig != "draft_context_failed"
+
+
+def test_a_context_that_fails_right_after_the_draft_model_loads_is_the_drafters() -> None:
+    r = analyze.parse(b"srv    load_model: loading draft model 'draft.gguf'\nllama_context: n_ctx = 4096\n"
+                      b"llama_init_from_model: failed to initialize the context: failed to allocate compute pp "
+                      b"buffers\n")
+    v = r.verdict
+    assert (v.kind, v.component, v.component_evidence) == ("other", "drafter", 1)
+    assert match_signature(r).name == "draft_context_failed" and r.meta["speculative"]
