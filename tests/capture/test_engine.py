@@ -462,6 +462,16 @@ def test_cli_engine_json_and_exit_codes(cache: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.decode().count("\n") == 1 and b"Traceback" not in bad.stderr
     assert not (tmp_path / "s2").exists()
+    pair = ensure_models(cache, seed=0)
+    wrong = run_kvtrace("capture", "engine", "--target", str(pair.target), "--drafter", str(pair.drafter),
+                        "--out", "s3", cwd=tmp_path, env=env)  # a llama drafter for the default draft-dflash
+    assert wrong.returncode == 2 and not (tmp_path / "s3").exists()
+    assert wrong.stderr.decode() == "kvtrace: --spec-type draft-dflash needs a dflash drafter; drafter.gguf is llama\n"
+    eagle = run_kvtrace("capture", "engine", "--spec-type", "draft-eagle3", "--fault", "stale-drafter", "--requests",
+                        "2", "--cycles", "8", "--out", "s4", "--json", cwd=tmp_path, env=env)  # fmt: skip
+    assert eagle.returncode == 0, eagle.stderr
+    assert json.loads(eagle.stdout)["failures"] > 0
+    assert json.loads((tmp_path / "s4" / "manifest.json").read_text())["engine"]["spec_type"] == "draft-eagle3"
 
 
 def test_demo_prints_the_triage(cache: Path, tmp_path: Path) -> None:
