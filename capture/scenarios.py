@@ -18,11 +18,12 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from capture.models import ensure_models, ensure_upstream_drafter
+from capture.rpc import RpcError, RpcServers, find_rpc_server, start
 
 # Varied short prompts, each used more than once: repeated prompts let the server reuse cached prefixes.
 PROMPTS = (
@@ -52,6 +53,8 @@ class Scenario:
     slot_actions: bool = False  # /slots save, restore and erase between requests (needs --slot-save-path)
     healthy: bool = True  # expected to show no failure and no divergence
     model_draft: str = ""  # a drafter file instead of the generated one (a broken one, say)
+    rpc_devices: int = 0  # local ggml-rpc-servers (loopback), each one device: a multi-GPU layout on a CPU
+    rpc_die_after: int = 0  # stop the last RPC server after this many requests (a device lost mid-run)
     about: str = ""
 
     @property
@@ -61,6 +64,7 @@ class Scenario:
 
 
 # The matrix: every speculative type the tiny models can run, and the setups that move the target's KV.
+TWO_DEVICES = ("-ngl", "99", "-sm", "layer", "-ts", "1,1", "--spec-draft-ngl", "all")
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("draft-simple-1slot", "draft-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
              about="one slot, one request at a time"),
@@ -83,6 +87,15 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="prompts and generations longer than the context"),
     Scenario("draft-simple-kv-unified", "draft-simple", ("-c", "1024", "-np", "3", "--kv-unified"),
              requests=6, concurrency=3, about="three slots sharing one unified KV cache"),
+    # two devices on one CPU (two local RPC servers): the seed report's multi-GPU layouts
+    Scenario("draft-dflash-2dev-layer", "draft-dflash", ("-c", "512", "-np", "1", *TWO_DEVICES),
+             requests=3, concurrency=1, rpc_devices=2, about="DFlash, both models split by layer over two devices"),
+    Scenario("draft-simple-2dev-layer", "draft-simple", ("-c", "512", "-np", "1", *TWO_DEVICES),
+             requests=3, concurrency=1, rpc_devices=2, about="draft-simple split by layer over two devices"),
+    Scenario("draft-dflash-2dev-devd", "draft-dflash", ("-c", "512", "-np", "1", *TWO_DEVICES, "-devd", "RPC1"),
+             requests=3, concurrency=1, rpc_devices=2, about="DFlash, the drafter on the second device"),
+    Scenario("draft-dflash-2dev-kvu", "draft-dflash", ("-c", "1024", "-np", "2", "--kv-unified", *TWO_DEVICES),
+             requests=4, concurrency=2, rpc_devices=2, about="DFlash over two devices, two slots in one unified cache"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -139,7 +152,7 @@ def free_port() -> int:
 
 
 def server_command(scenario: Scenario, server: Path, port: int, session: Path,
-                   cache_dir: Path | None = None) -> list[str]:
+                   cache_dir: Path | None = None, rpc: str = "") -> list[str]:
     """The llama-server command line of a scenario (models generated on first use, then cached)."""
     pair = ensure_models(cache_dir)
     cmd = [str(server), "-m", str(pair.target)]
@@ -154,6 +167,8 @@ def server_command(scenario: Scenario, server: Path, port: int, session: Path,
     if kind is not None:
         cmd += ["--spec-draft-n-max", "3"]
     cmd += [a.replace("{session}", str(session)) for a in scenario.args]
+    if rpc:
+        cmd += ["--rpc", rpc]
     # one thread each, no memory fitting (the draft context cannot be measured without its target)
     cmd += ["-t", "1", "-fit", "off", "--host", "127.0.0.1", "--port", str(port)]
     return cmd
@@ -244,11 +259,20 @@ def _reason_at_exit(session: Path) -> str:
 def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: float = 150.0,
                  cache_dir: Path | None = None, log: Callable[[str], None] | None = None) -> ScenarioRun:
     """Capture one scenario into `session` (a new folder); never runs longer than `limit` seconds."""
-    start = time.monotonic()
+    began = time.monotonic()
     port = free_port()
     session = Path(session)
     session.parent.mkdir(parents=True, exist_ok=True)
-    cmd = server_command(scenario, server, port, session, cache_dir)
+    servers: RpcServers | None = None
+    if scenario.rpc_devices:
+        binary = find_rpc_server(server)
+        try:
+            if binary is None:
+                raise RpcError(f"no ggml-rpc-server beside {server.name}: build it with -DGGML_RPC=ON (make server)")
+            servers = start(scenario.rpc_devices, binary)
+        except RpcError as e:
+            return ScenarioRun(scenario.name, session, False, str(e), round(time.monotonic() - began, 2))
+    cmd = server_command(scenario, server, port, session, cache_dir, servers.arg if servers else "")
     argv = [sys.executable, "-m", "analyze", "capture", "run", "--quiet", "--timeout", str(limit),
             "--stop-wait", "5", "--env", "LLAMA_TRACE=1", "--out", str(session), "--", *cmd]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -257,7 +281,7 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
     requests: list[RequestResult] = []
     reason = ""
     try:
-        deadline = start + limit
+        deadline = began + limit
         while not _healthy(port):
             if proc.poll() is not None:
                 reason = f"the server exited at start-up: {_reason_at_exit(session)}"
@@ -266,7 +290,14 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
                 reason = f"the server did not answer /health within {limit:.0f} s"
                 break
             time.sleep(0.2)
-        if not reason:
+        if not reason and servers is not None and scenario.rpc_die_after:
+            requests = _drive(replace(scenario, requests=scenario.rpc_die_after), port)
+            servers.stop(len(servers.procs) - 1)  # a device lost mid-run
+            requests += _drive(replace(scenario, requests=scenario.requests - scenario.rpc_die_after), port)
+            time.sleep(1.0)
+            if proc.poll() is not None:
+                reason = f"the server went away: {_reason_at_exit(session)}"
+        elif not reason:
             requests = _drive(scenario, port)
             if proc.poll() is not None:
                 reason = f"the server went away: {_reason_at_exit(session)}"
@@ -278,6 +309,8 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
+        if servers is not None:
+            servers.stop()  # after the server: it would see its devices go away
     failed = [r for r in requests if not r.ok]
     expected_failures = scenario.long_prompts  # a prompt longer than the context may be refused, as it should
     if not reason and failed and not expected_failures:
@@ -287,7 +320,7 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
         reason = f"{sum(r.ok for r in requests)} of {len(requests)} requests answered"
     elif not (session / "raw.log").exists():
         reason += f" ({err.decode('utf-8', 'replace').strip().splitlines()[-1:] or 'kvtrace wrote nothing'})"
-    run = ScenarioRun(scenario.name, session, ok, reason, round(time.monotonic() - start, 2), requests,
+    run = ScenarioRun(scenario.name, session, ok, reason, round(time.monotonic() - began, 2), requests,
                       proc.returncode)
     session.mkdir(parents=True, exist_ok=True)
     (session / "scenario.json").write_text(json.dumps(run.to_dict() | {"scenario": asdict(scenario)}, indent=1))

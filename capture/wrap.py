@@ -17,6 +17,7 @@ from typing import Any
 
 from capture import llama_args
 from capture.attach import LLAMA_SWAP_WARNING, AttachError, follow_file, llama_swap_source, stdin_source
+from capture.devices import list_devices, rpc_endpoints
 from capture.gpus import query_gpus
 from capture.llamaswap import SwapModel
 from capture.monitor import Terminal
@@ -66,6 +67,7 @@ class Prepared:
     version: str | None
     set_env: dict[str, str]  # what kvtrace set or the user set for this run
     removed_env: list[str]
+    devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
 
 
 def say(text: str) -> None:
@@ -117,13 +119,18 @@ def prepare(argv: list[str], opts: RunOptions) -> Prepared:
     added: list[str] = []
     skipped: list[str] = []
     effective = list(argv)
+    devices = None
     if is_llama:
         version = probe([argv[0], "--version"], env)
+        help_text = probe([argv[0], "--help"], env) if opts.log_flags or rpc_endpoints(argv) else None
         if opts.log_flags:
-            help_text = probe([argv[0], "--help"], env)
             aug = llama_args.add_log_flags(argv, env, help_text if help_text and "--" in help_text else None)
             effective, added, skipped = aug.argv, aug.added, aug.skipped
-    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed)
+        devices = list_devices(argv[0], argv, env, help_text if help_text and "--" in help_text else None)
+        if devices is not None and devices.get("error") and rpc_endpoints(argv):
+            # llama.cpp would stop at start-up (or wait) on an RPC server it cannot reach: say so at once
+            raise UsageError(str(devices["error"]))
+    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices)
 
 
 def _version_text(text: str | None) -> str | None:
@@ -198,6 +205,7 @@ def run_wrapped(
         "llama_program": prep.is_llama,
         "version": _version_text(prep.version),
         "triage_flags": flags,
+        "devices": prep.devices,
         "gpus": query_gpus(prep.env),
         "cwd": os.getcwd(),
     }

@@ -33,6 +33,10 @@ def _tensor_split(_ctx: click.Context, _param: click.Parameter, value: str | Non
         raise click.BadParameter("a comma-separated list of numbers, e.g. 3,1") from None
 
 
+def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
 def _engine_options(f: Any) -> Any:
     opts = [
         click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
@@ -71,6 +75,9 @@ def _engine_options(f: Any) -> Any:
                      help="Share of the model per GPU, e.g. 3,1."),
         click.option("--main-gpu", type=click.IntRange(min=0), default=0, show_default=True,
                      help="The GPU used with --split-mode none."),
+        click.option("--rpc", callback=_endpoints, metavar="HOST:PORT,...",
+                     help="llama.cpp RPC servers (ggml-rpc-server), each one more device; needs a "
+                     "llama-cpp-python built with the RPC backend."),
         click.option("--pace", "pace_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
                      metavar="SECONDS", help="Sleep this long after each cycle (the log flushed first): a "
                      "capture slow enough to follow live with kvtrace dashboard SESSION --follow."),
@@ -104,6 +111,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         split_mode=kw["split_mode"],
         tensor_split=kw["tensor_split"],
         main_gpu=kw["main_gpu"],
+        rpc=kw["rpc"],
         progress=sys.stderr.isatty() if progress is None else progress,
         pace_s=kw["pace_s"],
     )
@@ -117,6 +125,10 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
     try:
         require_llama_cpp()
         config.validate()
+        if config.rpc:
+            from capture.engine.llama import add_rpc_servers
+
+            add_rpc_servers(config.rpc)
         models = engine_models(config)  # before the folder exists: bad models leave nothing behind
         session = new_session("engine", label or config.fault, out=out)
         return run_engine(config, session, models)

@@ -44,6 +44,7 @@ class EngineConfig:
     split_mode: str = "layer"
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC servers (HOST:PORT), each one more device
     progress: bool = False
     pace_s: float = 0.0  # sleep after each cycle, log flushed first: a capture slow enough to watch live
 

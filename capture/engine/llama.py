@@ -161,6 +161,31 @@ class Context:
         self.L.llama_model_free(self.model)
 
 
+def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
+    """Register llama.cpp RPC servers as devices (what `--rpc` does in llama.cpp's own programs), or say in one
+    line that this llama-cpp-python has no RPC backend."""
+    from llama_cpp import _ggml
+
+    lib = _ggml.libggml
+    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    reg = lib.ggml_backend_reg_by_name(b"RPC")
+    if not reg:
+        raise EngineError("--rpc needs llama.cpp's RPC backend, and this llama-cpp-python was built without it "
+                          "(reinstall it with CMAKE_ARGS=\"-DGGML_RPC=ON\")")
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+    if not add:
+        raise EngineError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server: too old for --rpc")
+    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    for endpoint in endpoints:
+        server_reg = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)(endpoint.encode())
+        if not server_reg:
+            raise EngineError(f"cannot reach the RPC server {endpoint}")
+        lib.ggml_backend_register(server_reg)
+
+
 def device_info(config: EngineConfig) -> dict[str, Any]:
     """The backends llama.cpp sees and which one ran the layers (CPU unless offload is real)."""
     import llama_cpp

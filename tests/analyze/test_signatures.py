@@ -139,7 +139,7 @@ def test_seed_report_numbers_and_steps_fit_its_setup() -> None:
     assert env.build == "9459-07ac3cec6"
     steps = "\n".join(m.steps)
     assert "beellama.cpp v0.3.0 clears stale drafter KV" in steps
-    assert "2 GPUs" in steps and "--kv-unified" in steps and DEBUG_ENV in steps
+    assert "2 devices (CUDA0, CUDA1)" in steps and "--kv-unified" in steps and DEBUG_ENV in steps
     assert "--parallel 1" not in steps  # the report already ran one slot
     assert "9459-07ac3cec6" in steps
 
