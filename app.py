@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 import analyze
+from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.views import preload
 from analyze.views.bundle import zip_tables
 from analyze.views.dashboard import FOLLOW_ENV, OPEN_ENV
@@ -605,8 +606,25 @@ def main() -> None:
     show_raw(op, key, picked)
     st.subheader("Take it away")
     show_downloads(op, key)
-    with st.expander("Environment (from the log)"):
+    with st.expander("Environment (from the log)", expanded=bool(op.parsed.meta.get("gpus"))):
+        show_devices(op.parsed.meta)
         st.json(op.parsed.meta, expanded=False)
+
+
+def show_devices(meta: dict[str, Any]) -> None:
+    """The devices the log lists and where the target's and the drafter's layers and buffers sat (the same
+    rows as the report's tables; shown as data, never as markup)."""
+    devices = device_rows(meta)
+    if devices:
+        st.caption("Devices")
+        st.dataframe(pd.DataFrame(devices), hide_index=True)
+    line = layout_line(meta)
+    if line:
+        st.text(line)
+    placed = placement_rows(meta)
+    if placed:
+        st.caption("Placement: the target's and the drafter's layers and buffers per device")
+        st.dataframe(pd.DataFrame(placed), hide_index=True)
 
 
 main()
