@@ -152,8 +152,10 @@ class Walker:
             p, m = hit
             if self._dispatch(p, m, no, line) is not False:
                 self.n_recognised += 1
+            if p.family not in _RESCAN:
+                return True
             rest = line[m.end():]
-            if p.family not in _RESCAN or len(rest) < 16:
+            if len(rest) < 16:
                 return True
             line = rest
         return found
@@ -397,7 +399,6 @@ class Walker:
 
     # ------------------------------------------------------------------ events and meta
     def _event(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
-        g = {k: v for k, v in m.groupdict().items() if v is not None}
         if p.family == "hint" or p.extra.get("hint"):
             self._hint = (no, p.component, line)
         if p.family == "hint" and p.kind == "draft":
@@ -407,6 +408,7 @@ class Walker:
                 if b.hint[r] == 0:
                     b.hint[r] = CONTEXT_CODES["drafter"]
             return
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
         if p.kind == "kv_warning":
             self._seq_hint = (no, int(g["seq"]))
         if p.kind == "draft_init":  # a draft context being made is speculative decoding, hint or not
@@ -508,23 +510,20 @@ _RESCAN = {"block", "failure", "follow"}
 def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
     """The first entry of the table that matches the line (its anchor first, then its regex).
 
-    Which entry a message matches is remembered by its text without llama.cpp's timestamp prefix: the
-    same failure lines repeat on every cycle of a failing run, and walking the table is the costly part.
-    A message seen for the first time is looked up once more with its digits masked (task ids, positions,
-    probabilities change on every line of a server log): no entry's regex or anchor tells one digit from
-    another (checked below, when the table is loaded), so the masked text picks the same entry."""
-    key = line
-    if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
-        key = line[pre.end() :]
+    Which entry a line matches is remembered by its text with every digit masked: the same messages repeat
+    on every cycle of a run with only their timestamps, ids, positions and probabilities changed, and
+    walking the table is the costly part. No entry's regex or anchor tells one digit from another (checked
+    when the table is loaded; lines holding the anchor of one that could are remembered by their exact
+    text without llama.cpp's timestamp prefix), so the masked text picks the same entry."""
+    for a in _DIGIT_SENSITIVE:
+        if a in line:
+            key: str | bytes = line
+            if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
+                key = line[pre.end() :]
+            break
+    else:  # masked as bytes: one C table lookup per byte (a regex substitution costs ten times more)
+        key = line.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
     idx = _FIRST.get(key)
-    masked = None
-    if idx is None:
-        for a in _DIGIT_SENSITIVE:
-            if a in line:
-                break
-        else:  # masked as bytes: one C table lookup per byte (a regex substitution costs ten times more)
-            masked = key.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
-            idx = _MASKED.get(masked)
     if idx is not None:
         if idx < 0:
             return None
@@ -534,18 +533,12 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
             return p, m
     if len(_FIRST) > 20_000:
         _FIRST.clear()
-    if len(_MASKED) > 20_000:
-        _MASKED.clear()
-    found = None
     for i, (anchor, search, p) in enumerate(_TABLE):
         if anchor in line and (m := search(line)) is not None:
-            found = i, p, m
-            break
-    i = found[0] if found is not None else -1
-    _FIRST[key] = i
-    if masked is not None:
-        _MASKED[masked] = i
-    return None if found is None else (found[1], found[2])
+            _FIRST[key] = i
+            return p, m
+    _FIRST[key] = -1
+    return None
 
 
 def _digit_sensitive(p: Pattern) -> bool:
@@ -555,11 +548,10 @@ def _digit_sensitive(p: Pattern) -> bool:
     return any(c.isdigit() for c in rest + p.anchor)
 
 
-_FIRST: dict[str, int] = {}
-_MASKED: dict[bytes, int] = {}
+_FIRST: dict[str | bytes, int] = {}
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-# lines holding one of these anchors are never looked up masked
-_DIGIT_SENSITIVE = tuple({p.anchor for p in PATTERNS if _digit_sensitive(p)})
+# lines holding one of these anchors are remembered by their own text
+_DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(p)}))
 _PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
