@@ -101,7 +101,7 @@ def browser(path: Path) -> dict[str, float]:
             page.goto(dash.url)
             page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg .scatterlayer", timeout=120_000)
             wall = time.perf_counter() - t0
-            page.wait_for_selector("[data-testid='stDataFrame']", timeout=120_000)
+            page.wait_for_selector("[data-testid='stDataFrame']", state="attached", timeout=120_000)
             tables = time.perf_counter() - t0
             b.close()
     finally:

@@ -1,27 +1,33 @@
 """Reading the log named on the command line while the dashboard's server starts, so the first page waits
 only for what is left of the parse (`kvtrace dashboard big.log`: the work starts when the user asks for it).
 
-The job is keyed by the file's path, size and modification time: a page asking about other bytes parses
-them itself.
+The parse runs in its own process (`python -m analyze.views.preload PATH OUT`), so it has a core of its own
+while streamlit starts, and hands its result over as a pickle. The job is keyed by the file's path, size and
+modification time: a page asking about other bytes parses them itself.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from analyze.parser import ParseResult, parse
 from analyze.source import InputError
 
+Parsed = tuple[ParseResult | None, str | None]
+
 
 @dataclass(slots=True)
 class _Job:
     key: tuple[str, int, int]
-    done: threading.Event = field(default_factory=threading.Event)
-    result: ParseResult | None = None
-    error: str | None = None
+    proc: subprocess.Popen[bytes]
+    out: Path
 
 
 _jobs: dict[str, _Job] = {}
@@ -39,38 +45,57 @@ def _key(path: str) -> tuple[str, int, int] | None:
 
 
 def start(path: str) -> None:
-    """Parse `path` (a log or a session folder) in a background thread; `take` hands the result over."""
+    """Start parsing `path` (a log or a session folder) in a child process; `take` hands the result over."""
     key = _key(path)
     if key is None:
         return  # the page says what is wrong with it
-    job = _Job(key)
+    fd, out = tempfile.mkstemp(prefix="kvtrace-preload-", suffix=".pickle")
+    os.close(fd)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "analyze.views.preload", path, out],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        os.unlink(out)
+        return
     with _lock:
-        _jobs[key[0]] = job
-
-    def run() -> None:
-        try:
-            job.result = parse(path)
-        except InputError as exc:
-            job.error = str(exc)
-        except Exception:  # noqa: BLE001, S110 - the page parses again and shows its own message
-            pass
-        finally:
-            job.done.set()
-        # The modules the first page run needs next, imported while nobody waits.
-        import analyze.views.figures  # noqa: F401
-
-    threading.Thread(target=run, name="kvtrace-preload", daemon=True).start()
+        _jobs[key[0]] = _Job(key, proc, Path(out))
 
 
-def take(path: str) -> tuple[ParseResult | None, str | None] | None:
+def take(path: str) -> Parsed | None:
     """The preloaded parse of `path` if it is of these very bytes (waiting for it to finish), once; else None."""
     key = _key(path)
     with _lock:
-        job = _jobs.get(key[0]) if key is not None else None
-        if job is None or job.key != key:
+        job = _jobs.pop(key[0], None) if key is not None else None
+    if job is None:
+        return None
+    try:
+        if job.key != key or job.proc.wait() != 0:
             return None
-        del _jobs[key[0]]
-    job.done.wait()
-    if job.result is None and job.error is None:
-        return None  # it failed unexpectedly: parse again in the page
-    return job.result, job.error
+        with open(job.out, "rb") as fh:
+            got: Parsed = pickle.load(fh)  # written by this very program, below
+        return got
+    except (OSError, pickle.UnpicklingError, EOFError):
+        return None
+    finally:
+        if job.proc.poll() is None:  # other bytes than it was reading: stop it
+            job.proc.kill()
+            job.proc.wait()
+        job.out.unlink(missing_ok=True)
+
+
+def _child(path: str, out: str) -> int:
+    parent = os.getppid()
+    try:
+        got: Parsed = (parse(path), None)
+    except InputError as exc:
+        got = (None, str(exc))
+    if os.getppid() != parent:  # the server is gone: nobody will read it
+        Path(out).unlink(missing_ok=True)
+        return 1
+    with open(out, "wb") as fh:
+        pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(sys.argv[1], sys.argv[2]))
