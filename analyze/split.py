@@ -254,7 +254,10 @@ def _merge_into(out: Walker, w: Walker) -> bool:
 
 def _merge_meta(meta: dict[str, Any], more: dict[str, Any]) -> bool:
     draft_before = bool(meta.get("_draft_seen"))
+    fresh = Walker().meta
     for key, value in more.items():
+        if key in fresh and value == fresh[key]:
+            continue  # nothing of that kind in this piece (start-up lines are all in the first one)
         if key in _DEDUPED:
             meta[key].extend(v for v in value if v not in meta[key])
         elif key == "contexts":

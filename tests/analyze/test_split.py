@@ -15,11 +15,16 @@ from click.testing import CliRunner
 
 import analyze
 from analyze.cli import cli
-from analyze.split import cut_points
+from analyze.split import cut_points, split_walk
 from analyze.walker import HINT_GAP
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
+
+
+def assert_split(path: Path, piece_bytes: int) -> None:
+    """The log really is read in pieces (not handed back to the serial reader)."""
+    assert split_walk(path, 1, piece_bytes) is not None
 
 
 def assert_same(a: analyze.ParseResult, b: analyze.ParseResult) -> None:
@@ -45,6 +50,7 @@ def test_engine_logs_split_equal_serial(log: str, piece_bytes: int) -> None:
     path = ROOT / log
     serial = analyze.parse(path)
     assert len(cut_points(path, path.stat().st_size // piece_bytes)) >= 3
+    assert_split(path, piece_bytes)
     assert_same(serial, analyze.parse(path, piece_bytes=piece_bytes))
 
 
@@ -67,6 +73,7 @@ def test_failures_next_to_cuts() -> None:
 def test_real_server_capture_split_equals_serial(server_log: Path, piece_bytes: int) -> None:
     serial = analyze.parse(server_log)
     assert len(serial.batches) > 500 and len(serial.events) > 50
+    assert_split(server_log, piece_bytes)
     assert_same(serial, analyze.parse(server_log, piece_bytes=piece_bytes))
 
 
