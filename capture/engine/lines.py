@@ -142,19 +142,27 @@ class ServerLines:
         """Upstream's server after a failed process(): it logs this and throws (the request ends)."""
         self.w.emit(ERROR, srv_prefix("decode") + "failed to process speculative batch\n")
 
-    def dflash_added(self, n_max: int, block_size: int, mask: int, n_extract: int) -> None:
-        """The DFlash implementation's start-up lines (upstream's constructor; the fork's contract line)."""
+    def dflash_added(self, n_max: int, block_size: int, mask: int, layer_ids: list[int], n_embd: int,
+                     n_layer_target: int) -> None:
+        """The DFlash implementation's start-up lines: upstream's constructor, or the fork's F-15 contract line
+        (v0.3 on; cross_ctx is the fork's --spec-dflash-cross-ctx default)."""
         if self.flavor == "upstream":
             func = "common_speculative_impl_draft_dflash"
             self.w.emit(INFO, f"{func}: adding speculative implementation 'draft-dflash'\n")
             self.w.emit(INFO, f"{func}: - n_max={n_max}, n_min=0, p_min=0.00\n")
             self.w.emit(
                 INFO,
-                f"{func}: - block_size={block_size}, mask_token_id={mask}, n_extract={n_extract}, "
+                f"{func}: - block_size={block_size}, mask_token_id={mask}, n_extract={len(layer_ids)}, "
                 "sample_from_anchor=false\n",
             )
-        else:
-            self.w.emit(INFO, f"dflash: contract ok: block_size={block_size} mask_token={mask} n_extract={n_extract}\n")
+        elif self.flavor == "fork":
+            ids = "[" + ",".join(str(i) for i in layer_ids) + "]"
+            self.w.emit(
+                INFO,
+                f"dflash: contract ok: block_size={block_size} mask_token={mask} target_layer_ids={ids} "
+                f"n_target_layers={len(layer_ids)} n_embd={n_embd} n_target_features={n_embd * len(layer_ids)} "
+                f"target_layers={n_layer_target} cross_ctx=512\n",
+            )
 
     def eagle3_added(self, n_max: int) -> None:
         """EAGLE3's constructor (SPC_TRC: trace lines, printed at debug level)."""

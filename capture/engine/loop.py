@@ -126,7 +126,8 @@ class Engine:
         for il in self.layer_ids:
             set_layer_inp(self.target.ctx, il, True)
         L.llama_set_causal_attn(self.drafter.ctx, False)
-        self.lines.dflash_added(self.k, block_size, self.mask, len(self.layer_ids))
+        n_layer = L.llama_model_n_layer(self.target.model)
+        self.lines.dflash_added(self.k, block_size, self.mask, self.layer_ids, self.target.n_embd, n_layer)
 
     def _start_eagle3(self) -> None:
         """common_speculative_impl_draft_eagle3's constructor: extraction of the three target layer inputs, and

@@ -140,7 +140,8 @@ def test_dflash_cycle_is_upstreams_call_order(capture) -> None:
     assert re.search(r"\n\S+ D ubatch_print: +\d+: \[embd\], pos = +\d+, n_seq_id = +1, seq_id = \[0\], output = 0\n", text)
     masks = re.findall(r"\n\S+ D ubatch_print: +(\d+): id = +3 \( +<mask>\), pos = +(\d+)", text)
     assert masks and {i for i, _ in masks} == {"1", "2", "3"}
-    assert "dflash: contract ok: block_size=16 mask_token=3 n_extract=1" in text
+    assert ("I dflash: contract ok: block_size=16 mask_token=3 target_layer_ids=[1] n_target_layers=1 n_embd=64 "
+            "n_target_features=64 target_layers=2 cross_ctx=512\n") in text
     assert re.search(r"\n\S+ D  - seq_id 0, draft candidate   0, pos   0: +\d+ \( *[01]\.\d{3}\) '", text)
 
 
