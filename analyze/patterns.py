@@ -222,6 +222,13 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("cuda_error", "failure", "CUDA error", r"CUDA error: (?P<cond>.*)", kind="assert", extra={"stage": "0"}),
     _p("device_lost", "failure", "DeviceLost", r"(?:ErrorDeviceLost|DeviceLostError)", kind="assert",
        extra={"stage": "0"}, builds="Vulkan"),
+    # an RPC device that went away: ggml-rpc's RPC_STATUS_ASSERT aborts, after the socket error it saw
+    _p("rpc_lost", "failure", "Remote RPC server", r"Remote RPC server crashed or returned malformed response",
+       kind="assert", extra={"stage": "0"}, builds="ggml-rpc"),
+    _p("rpc_io", "failure", " failed (bytes_", r"(?P<op>send|recv) failed \(bytes_", kind="error",
+       extra={"stage": "0"}, builds="ggml-rpc"),
+    _p("rpc_connect", "failure", "Failed to connect to", r"Failed to connect to (?P<endpoint>\S+)", kind="error",
+       extra={"stage": "0"}, builds="ggml-rpc"),
     _p("invalid_reduced_logits", "failure", "invalid reduced-logits",
        r"invalid reduced-logits (?:token (?P<token>-?\d+)|shape) in (?P<where>\w+)", kind="error",
        component="drafter", builds="beellama.cpp (F-32, F-33, F-42, F-51)", extra={"stage": "0"}),

@@ -420,6 +420,23 @@ def rule_draft_load(result: ParseResult, _c: CycleStats) -> Match | None:
                  key=str(row["variant"]))
 
 
+DEVICE_LOST = ("rpc_lost", "rpc_io", "rpc_connect", "device_lost")
+
+
+def rule_device_lost(result: ParseResult, _c: CycleStats) -> Match | None:
+    """A device went away under llama.cpp: an RPC server that stopped answering, a GPU lost."""
+    err = result.errors
+    rows = err[err["variant"].isin(DEVICE_LOST)]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    rpc = bool(rows["variant"].str.startswith("rpc").any())
+    what = "an RPC server stopped answering" if rpc else "the GPU was lost"
+    return Match(f"a device went away mid-run: {what} ({row['variant']}); llama.cpp stopped.",
+                 tuple(_block_lines(row)), {"variant": str(row["variant"]), "rpc": rpc},
+                 key="rpc" if rpc else "gpu")
+
+
 def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
     """llama.cpp could not load a model at start-up (`llama_model_load: error loading model: ...`)."""
     err = result.errors
@@ -650,6 +667,17 @@ SIGNATURES: tuple[Signature, ...] = (
          Step("Check whether this target architecture supports the drafter's hooks in your build; retest on the "
               "newest release."),
          REPORT_BUILD),
+    ),
+    Signature(
+        "device_lost", "A device went away", rule_device_lost,
+        "llama.cpp lost one of its devices while running: an RPC server (`--rpc`) that exited, was killed or "
+        "became unreachable (ggml-rpc aborts with `Remote RPC server crashed or returned malformed response`), "
+        "or a GPU the driver reset. The failure is the device's, not the draft/verify bookkeeping's.",
+        (Step("Check the RPC server's own output (it ran on one of {device_list}) and that it is still up; "
+              "restart it and rerun.", lambda e: any(d.startswith("RPC") for d in e.devices)),
+         Step("Check the driver's log (`dmesg`) for a reset GPU, and its memory and temperature.",
+              lambda e: not any(d.startswith("RPC") for d in e.devices)),
+         SINGLE_GPU, REPORT_BUILD),
     ),
     Signature(
         "draft_context_failed", "Draft/MTP context failed to load or initialise", rule_draft_load,

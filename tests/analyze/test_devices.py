@@ -177,3 +177,16 @@ def test_split_read_merges_the_layout(tmp_path: Path) -> None:
     assert split.meta["placement"] == serial.meta["placement"]
     assert split.meta["gpus"] == serial.meta["gpus"]
     assert serial.meta["placement"]["target"]["devices"]["RPC1"]["kv_mib"] == 1.0
+
+
+def test_an_rpc_device_lost_mid_run_is_named() -> None:
+    """ggml-rpc's own lines when an RPC server goes away (its socket error, then RPC_STATUS_ASSERT's abort)."""
+    text = RPC_LOG + "".join(f"{x}\n" for x in batch_dump("0.01.000.000 D ", 0, 4, 1)) + (
+        "0.02.000.000 E send failed (bytes_sent=0, size_to_send=8)\n"
+        "/build/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp:509: Remote RPC server crashed or returned malformed "
+        "response\n")
+    result = analyze.parse(text.encode())
+    assert result.verdict.kind == "other" and "Remote RPC server crashed" in result.verdict.summary
+    m = match_signature(result)
+    assert m.name == "device_lost" and "RPC server stopped answering" in m.match.detail
+    assert any("RPC0, RPC1" in s for s in m.steps)
