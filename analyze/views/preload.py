@@ -16,11 +16,12 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from analyze.parser import ParseResult, parse
-from analyze.source import InputError
+if TYPE_CHECKING:  # the server imports this before streamlit starts: the reader (pandas) loads in the child
+    from analyze.parser import ParseResult
 
-Parsed = tuple[ParseResult | None, str | None]
+Parsed = tuple["ParseResult | None", "str | None"]
 
 
 @dataclass(slots=True)
@@ -84,6 +85,9 @@ def take(path: str) -> Parsed | None:
 
 
 def _child(path: str, out: str) -> int:
+    from analyze.parser import parse
+    from analyze.source import InputError
+
     parent = os.getppid()
     try:
         got: Parsed = (parse(path), None)
