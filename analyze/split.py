@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from multiprocessing import get_context
@@ -183,7 +184,8 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
     if len(pieces) < 2:
         return None
     if jobs > 1:
-        ctx = get_context("fork" if hasattr(os, "fork") else "spawn")
+        # fork is quick, but forking a process that runs other threads (the dashboard's server) can hang
+        ctx = get_context("fork" if hasattr(os, "fork") and threading.active_count() == 1 else "spawn")
         with ProcessPoolExecutor(min(jobs, len(pieces)), mp_context=ctx) as pool:
             results = list(pool.map(_work, [(str(path), p) for p in pieces]))
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -77,9 +78,20 @@ def test_real_server_capture_split_equals_serial(server_log: Path, piece_bytes: 
     assert_same(serial, analyze.parse(server_log, piece_bytes=piece_bytes))
 
 
-def test_on_processes(server_log: Path) -> None:
-    """The pieces read by worker processes (not in this one)."""
-    assert_same(analyze.parse(server_log), analyze.parse(server_log, jobs=2, piece_bytes=500_000))
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_on_processes(server_log: Path, other_thread: bool) -> None:
+    """The pieces read by worker processes (not in this one): forked, or started afresh when this process
+    runs other threads (as the dashboard's server does), which a fork could hang on."""
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    if other_thread:
+        thread.start()
+    try:
+        assert_same(analyze.parse(server_log), analyze.parse(server_log, jobs=2, piece_bytes=500_000))
+    finally:
+        done.set()
+        if other_thread:
+            thread.join()
 
 
 def test_gzip_and_small_logs_read_serially(tmp_path: Path) -> None:
