@@ -9,9 +9,10 @@
 Engine logs: a long engine run (real llama.cpp, LLAMA_BATCH_DEBUG=1 and LLAMA_KV_CACHE_DEBUG=1) captured
 once and its raw.log repeated until the size is reached (cached under benchmarks/out/). Real captures: the
 llama-server captures in ../shared/data/ next to the repository when present (the run says when they are
-absent), committed scenario captures under tests/fixtures/scenarios/ when present, and every --capture; a
-.gz is unpacked once into benchmarks/out/ so that the parse and grep read the same plain file. --real-mb
-repeats each real capture to that size (the memory check on a real log).
+absent), committed scenario captures under tests/fixtures/scenarios/ when present, the newest draft-dflash
+and n-gram captures of the scenario matrix under scenario-sessions/ (benchmarks/scenarios.py, when the
+server is built), and every --capture; a .gz is unpacked once into benchmarks/out/ so that the parse and grep
+read the same plain file. --real-mb repeats each real capture to that size (the memory check on a real log).
 
 For each file: `kvtrace parse` in a child process pinned to one core (wall and CPU seconds, MB/s, peak RSS
 of that process), and `grep -c 'pos = '` on the same file as the reference; with --jobs N, also the split
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
 SHARED = ROOT.parent / "shared" / "data"  # real captures kept next to the repository, not in it
 SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
+SESSIONS = ROOT / "scenario-sessions"  # where benchmarks/scenarios.py puts its captures by default
 
 
 def engine_log(fault: str) -> Path:
@@ -65,7 +67,7 @@ def plain(path: Path, min_mb: int) -> Path:
     """A real capture as a plain file of at least `min_mb` (unpacked once; repeated whole when shorter)."""
     if not path.name.endswith(".gz") and path.stat().st_size >= min_mb << 20:
         return path
-    out = OUT / f"real-{path.name.removesuffix('.gz')}-{min_mb}mb.log"
+    out = OUT / f"real-{capture_name(path).removesuffix('.gz')}-{min_mb}mb.log"
     if out.exists():
         return out
     # streamed, never held whole: the children's peak RSS would otherwise start from this process's
@@ -78,17 +80,33 @@ def plain(path: Path, min_mb: int) -> Path:
     return out
 
 
+def capture_name(path: Path) -> str:
+    """A capture's name; a session's raw.log is named by its session folder."""
+    return f"{path.parent.name}-raw.log" if path.name == "raw.log" else path.name
+
+
 def real_captures(extra: list[Path]) -> list[Path]:
     found = sorted(SHARED.glob("*.log.gz")) + sorted(SHARED.glob("*.log")) if SHARED.is_dir() else []
     if not found:
         print(f"no real captures in {SHARED} (absent here): only --capture and committed fixtures are measured")
     if SCENARIOS.is_dir():
         found += sorted(SCENARIOS.glob("*.log.gz")) + sorted(SCENARIOS.glob("*.log"))
-    return found + extra
+    # full scenario-matrix captures (benchmarks/scenarios.py, when the server is built): the newest
+    # draft-dflash and n-gram ones
+    newest: dict[str, Path] = {}
+    for raw in sorted(SESSIONS.glob("*/raw.log")):
+        name = raw.parent.name.split("-", 2)[-1]
+        if "dflash" in name or "ngram" in name:
+            newest[name] = raw
+    return found + list(newest.values()) + extra
 
 
 CHILD = """
-import resource, sys, time, analyze
+import resource, sys, time
+t0 = time.perf_counter()
+import analyze.parser  # the reader and pandas: a fixed start-up cost, reported apart
+imp = time.perf_counter() - t0
+import analyze
 jobs = int(sys.argv[2])
 t0, c0 = time.perf_counter(), time.process_time()
 r = analyze.parse(sys.argv[1], jobs=jobs) if jobs > 1 else analyze.parse(sys.argv[1])
@@ -97,7 +115,7 @@ cpu = time.process_time() - c0 + sum(resource.getrusage(resource.RUSAGE_CHILDREN
 hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")]
 rss = max(hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
           resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(time.perf_counter() - t0, cpu, rss, len(r.batches), len(r.kv), len(r.errors), r.verdict.kind)
+print(time.perf_counter() - t0, cpu, rss, len(r.batches), len(r.kv), len(r.errors), r.verdict.kind, imp)
 """
 
 
@@ -116,6 +134,7 @@ def measure(path: Path, jobs: int = 1) -> dict[str, float | int | str]:
         "jobs": jobs,
         "file_mb": round(size_mb, 1),
         "parse_wall_s": round(wall, 2),
+        "import_s": round(float(out[7]), 2),  # before the parse, not counted in its MB/s
         "parse_cpu_s": round(cpu, 2),
         "parse_mb_s": round(size_mb / wall, 1),
         "parse_mb_s_cpu": round(size_mb / cpu, 1),
@@ -148,13 +167,16 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="also measure the split parse on N processes")
     ap.add_argument("--keep", action="store_true", help="keep the generated engine logs under benchmarks/out/")
     args = ap.parse_args()
+    missing = [str(p) for p in args.capture if not p.is_file()]
+    if missing:
+        raise SystemExit(f"reader_speed: no such capture: {', '.join(missing)}")
     OUT.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[str, Path]] = []
     for fault in args.fault or ["none", "stale-drafter"]:
         runs.append((f"engine, --fault {fault}", big_log(args.size_mb, fault)))
     if not args.no_real:
         for cap in real_captures(args.capture):
-            runs.append((f"real capture {cap.name}", plain(cap, args.real_mb)))
+            runs.append((f"real capture {capture_name(cap)}", plain(cap, args.real_mb)))
     rows = []
     for label, path in runs:
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # page-cache it for both readers
