@@ -165,7 +165,7 @@ def test_follow_a_real_llama_server_capture_in_chromium(tmp_path: Path) -> None:
 
     def start() -> None:
         procs.append(_kvtrace(
-            "capture", "run", "--ping", "10", "--max-tokens", "64", "--quiet", "--out", str(session), "--",
+            "capture", "run", "--ping", "16", "--max-tokens", "96", "--quiet", "--out", str(session), "--",
             str(server), "-m", str(pair.target), "-md", str(pair.drafter), "--spec-type", "draft-simple",
             "--host", "127.0.0.1", "--port", str(free_port(start=18000)), "-c", "512", "-np", "1",
             log=ARTIFACTS / "follow-server-capture.log",
