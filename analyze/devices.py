@@ -26,10 +26,12 @@ def backend_of(device: str) -> str:
     return base.rstrip("0123456789") or base
 
 
-def device_of_buffer(buffer: str) -> str:
+def device_of_buffer(buffer: str, endpoints: dict[str, str] | None = None) -> str:
     """The device a buffer lives on: host buffers (`CPU_Mapped`, `CUDA_Host`, `CPU_REPACK`) are the CPU's,
-    an RPC buffer `RPC0[127.0.0.1:50152]` is RPC0's."""
-    base = buffer.split("[", 1)[0]
+    an RPC buffer `RPC0[127.0.0.1:50152]` is the device of that address (b11434 prints `RPC0` for all)."""
+    base, _, rest = buffer.partition("[")
+    if rest and endpoints and (dev := endpoints.get(rest.rstrip("]"))):
+        return dev
     if base.startswith("CPU") or base.endswith("_Host") or "_Mapped" in base:
         return "CPU"
     return base.split("_", 1)[0]
@@ -72,22 +74,25 @@ class ModelLoad:
     devices: list[str] = field(default_factory=list)
     layers: dict[str, list[int]] = field(default_factory=dict)
     kv_layers: dict[str, list[int]] = field(default_factory=dict)
-    buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # device -> {kind: MiB}
+    buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # buffer as printed -> {kind: MiB}
     offloaded: str = ""
 
     def used(self) -> bool:
         return bool(self.layers or self.kv_layers or self.buffers or self.offloaded)
 
-    def summary(self) -> dict[str, Any]:
-        """Per device: its layers, KV layers and buffer sizes, in the order the devices first appear."""
+    def summary(self, endpoints: dict[str, str] | None = None) -> dict[str, Any]:
+        """Per device: its layers, KV layers and buffer sizes, in the order the devices first appear.
+        `endpoints` maps an RPC server's address to its device: b11434 names every RPC buffer `RPC0[addr]`."""
         per: dict[str, dict[str, Any]] = {d: {} for d in self.devices}
         for dev, layers in self.layers.items():
             per.setdefault(dev, {}).update(layers=ranges(layers), n_layers=len(set(layers)))
         for dev, layers in self.kv_layers.items():
             per.setdefault(dev, {})["kv_layers"] = ranges(layers)
-        for dev, sizes in self.buffers.items():
+        for buffer, sizes in self.buffers.items():
+            dev = device_of_buffer(buffer, endpoints)
             for kind, mib in sizes.items():
-                per.setdefault(dev, {})[f"{kind.lower()}_mib"] = round(mib, 2)
+                key = f"{kind.lower()}_mib"
+                per.setdefault(dev, {})[key] = round(per.get(dev, {}).get(key, 0.0) + mib, 2)
         out: dict[str, Any] = {"devices": per}
         if self.path:
             out["model"] = self.path
@@ -108,8 +113,11 @@ class Layout:
 
     def feed(self, kind: str, g: dict[str, str], draft_seen: bool) -> None:
         if kind == "use_device":
-            if g["device"] not in self.pending:
-                self.pending.append(g["device"])
+            # b11434 prints them after the model's `loaded meta data` line, older builds before it
+            load = self.loads[-1] if self.loads and not self.loads[-1].used() else None
+            devices = load.devices if load is not None else self.pending
+            if g["device"] not in devices:
+                devices.append(g["device"])
         elif kind == "model_start":
             self.loads.append(ModelLoad(path=g.get("path", ""), after_draft=draft_seen, devices=self.pending))
             self.pending = []
@@ -124,10 +132,12 @@ class Layout:
             target = load.layers if kind == "layer_device" else load.kv_layers
             target.setdefault(g["device"], []).append(int(g["layer"]))
         elif kind == "buffer":
-            dev = device_of_buffer(g["buffer"])
-            sizes = self._current().buffers.setdefault(dev, {})
-            what = g.get("what") or "model"
-            sizes[what] = sizes.get(what, 0.0) + float(g["mib"])
+            buffer, what, mib = g["buffer"], g.get("what") or "model", float(g["mib"])
+            load = self._current()
+            earlier = (m.buffers.get(buffer, {}).get(what) for m in self.loads if m is not load)
+            if what == "compute" and mib in earlier:
+                return  # an earlier context's graph reserved again while serving: not this load's
+            load.buffers.setdefault(buffer, {})[what] = mib  # a buffer printed again (re-reserved): its last size
         elif kind == "offloaded":
             self._current().offloaded = f"{g['done']}/{g['total']}"
 
@@ -139,10 +149,8 @@ class Layout:
             for src, dst in ((head.layers, last.layers), (head.kv_layers, last.kv_layers)):
                 for dev, layers in src.items():
                     dst.setdefault(dev, []).extend(layers)
-            for dev, sizes in head.buffers.items():
-                for kind, mib in sizes.items():
-                    dst_sizes = last.buffers.setdefault(dev, {})
-                    dst_sizes[kind] = dst_sizes.get(kind, 0.0) + mib
+            for buffer, sizes in head.buffers.items():
+                last.buffers.setdefault(buffer, {}).update(sizes)
             last.offloaded = head.offloaded or last.offloaded
         self.loads.extend(loads)
         self.pending = more.pending
@@ -158,22 +166,24 @@ class Layout:
         return target, drafter
 
 
-def placement(layout: Layout, flags: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
+def placement(layout: Layout, flags: dict[str, Any], known: dict[str, Any],
+              gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """meta["placement"]: the split mode and tensor split (from the flags the log shows), and per model the
     devices that hold its layers and buffers. `known` is what a fork printed itself (beellama's device
     counts), kept."""
     out = dict(known)
     for key, names in (("split_mode", ("--split-mode", "-sm")), ("tensor_split", ("--tensor-split", "-ts")),
-                       ("main_gpu", ("--main-gpu", "-mg")), ("draft_device", ("--device-draft", "-devd")),
-                       ("device", ("--device", "-dev"))):
+                       ("main_gpu", ("--main-gpu", "-mg")), ("device", ("--device", "-dev")),
+                       ("draft_device", ("--spec-draft-device", "--device-draft", "-devd"))):
         value = next((flags[n] for n in names if n in flags), None)
         if value not in (None, True):
             out[key] = str(value)
     target, drafter = layout.models()
+    endpoints = {str(g.get("name")): str(g["device"]) for g in gpus if g.get("backend") == "RPC" and g.get("device")}
     for name, load in (("target", target), ("drafter", drafter)):
         if load is None:
             continue
-        summary = load.summary()
+        summary = load.summary(endpoints)
         out[name] = summary
         holding = [d for d, v in summary["devices"].items() if v.get("n_layers") or v.get("kv_layers")]
         out.setdefault(f"{name}_devices", len(holding) or len(summary["devices"]))

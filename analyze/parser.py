@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.normalize import clean_chunk, decode
+from analyze.normalize import clean_chunk, decode, readable
+from analyze.patterns import BY_NAME
 from analyze.records import CONTEXT_NAMES, NA
 from analyze.source import GzipReader, InputError, Source, iter_chunks, open_source, resolve_path, split_lines
 from analyze.tables import build_all
@@ -142,6 +143,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
         split = split_walk(resolve_path(source), jobs, piece_bytes)
         if split is not None:
             walker, warnings = split
+            _manifest_flags(source, walker)
             return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings)
         opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
     walker = Walker()
@@ -170,8 +172,30 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
         if opened.stream is not sys.stdin.buffer:
             opened.stream.close()
     walker.close()
+    _manifest_flags(source, walker)
     size = opened.size if opened.size is not None else n_bytes
     return _result(walker, opened.name, size, opened.warnings)
+
+
+def _manifest_flags(source: Source, walker: Walker) -> None:
+    """A capture session's raw.log does not hold the command line; its manifest does. The flags the log never
+    prints (`-sm`, `-ts`, `-devd`) are read from there, where the log did not show them itself."""
+    if not isinstance(source, str | os.PathLike) or str(source) == "-":
+        return
+    path = Path(source)
+    folder = path if path.is_dir() else path.parent if path.name == "raw.log" else None
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) if folder else None
+    except (OSError, ValueError):
+        return
+    line = manifest.get("effective_command_line") if isinstance(manifest, dict) else None
+    if not isinstance(line, str):
+        return
+    flags = walker.meta["flags"]
+    for m in BY_NAME["flags"].regex.finditer(line):
+        if m["flag"] not in flags:
+            value = m["value"]
+            flags[m["flag"]] = readable(value.strip('"')) if value is not None else True
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:

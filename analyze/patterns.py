@@ -398,7 +398,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("flags", "meta", "-",
        r"(?:^|\s)(?P<flag>--(?:spec-type|spec-draft-model|model-draft|spec-draft-ngl|n-gpu-layers|gpu-layers|"
        r"split-mode|tensor-split|kv-unified|parallel|ctx-size|ctx-size-draft|cache-type-k|cache-type-v|flash-attn|"
-       r"spec-dflash-cross-ctx|draft-max|spec-draft-n-max|main-gpu|device-draft|device|rpc)|-md|-ngl|-np|-sm|-ts|-fa|-cd|"
+       r"spec-dflash-cross-ctx|draft-max|spec-draft-n-max|main-gpu|spec-draft-device|device-draft|device|rpc)|-md|-ngl|-np|-sm|-ts|-fa|-cd|"
        r"-kvu|-devd|-dev|-mg)"
        r"(?:[ =](?P<value>\"[^\"]*\"|[^\s\"-][^\s\"]*))?", kind="flag"),
     # ---- anything else llama.cpp prints, to tell a log from prose

@@ -214,7 +214,7 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "context_attribution": sizes.how,
         "n_gpus": len({g.get("device") or g["index"] for g in w.meta["gpus"]})
         or max(w.meta.get("n_devices", {}).values(), default=0),
-        "placement": placement(w.meta["_layout"], w.meta["flags"], w.meta["placement"]),
+        "placement": placement(w.meta["_layout"], w.meta["flags"], w.meta["placement"], w.meta["gpus"]),
         "batch_debug": len(w.batches) > 0,
         "kv_cache_debug": len(w.kv) > 0,
         "warnings": warnings,

@@ -69,7 +69,9 @@ def list_devices(program: str, argv: Sequence[str], env: Mapping[str, str],
     listed = {d["name"] for d in devices if d["backend"] == "RPC"}
     missing = [e for e in rpc_endpoints(argv) if e not in listed]
     if missing:
-        said = next((ln.strip() for ln in text.splitlines() if "connect" in ln.lower() or "error" in ln.lower()), "")
+        # llama.cpp aborts with `<source path>:547: Failed to connect to HOST:PORT`: keep the message only
+        said = next((ln[ln.lower().index("failed to connect"):].strip() for ln in text.splitlines()
+                     if "failed to connect" in ln.lower()), "")
         result["error"] = (f"cannot reach the RPC server{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
                            + (f": {said[:160]}" if said else ""))
     return result

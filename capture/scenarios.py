@@ -166,9 +166,9 @@ def server_command(scenario: Scenario, server: Path, port: int, session: Path,
     cmd += ["--spec-type", scenario.spec_type]
     if kind is not None:
         cmd += ["--spec-draft-n-max", "3"]
-    cmd += [a.replace("{session}", str(session)) for a in scenario.args]
-    if rpc:
+    if rpc:  # before the flags that name its devices (-devd RPC1): llama.cpp registers them as it parses
         cmd += ["--rpc", rpc]
+    cmd += [a.replace("{session}", str(session)) for a in scenario.args]
     # one thread each, no memory fitting (the draft context cannot be measured without its target)
     cmd += ["-t", "1", "-fit", "off", "--host", "127.0.0.1", "--port", str(port)]
     return cmd
