@@ -22,7 +22,7 @@ from analyze.attribution import SizeMap, attribute_batches, kv_through_batches, 
 from analyze.devices import placement
 from analyze.normalize import readable
 from analyze.records import NA
-from analyze.spec import NONE, drafter_kv, spec_type
+from analyze.spec import MIRROR, NONE, drafter_kv, spec_type
 from analyze.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
@@ -232,6 +232,12 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[s
         ctx, conf = no_drafter(len(batches))
         batches["context"] = pd.Categorical(ctx, dtype=CONTEXT_DTYPE)
         batches["context_confidence"] = conf
+    elif keep == MIRROR and spec_type(w.meta).startswith("draft-") and len(batches):
+        # upstream DFlash/EAGLE3 inject the target's hidden states into the drafter as embedding batches
+        fill = (batches["context"] == "unknown") & batches["embd"].fillna(False).astype(bool)
+        if fill.any():
+            batches.loc[fill, "context"] = "drafter"
+            batches.loc[fill, "context_confidence"] = 0.9
     if len(kv) and (kv["context"] == "unknown").any():
         kv["context"] = pd.Categorical(kv_through_batches(
             kv["line"].to_numpy(np.int64), kv["context"].astype(str).to_numpy(dtype=object),

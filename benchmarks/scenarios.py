@@ -23,7 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import analyze  # noqa: E402
 from analyze.views.health import check_structure, health  # noqa: E402
 from capture.llama_server import find_llama_server  # noqa: E402
-from capture.scenarios import BY_NAME, DESYNC_SEARCH, SCENARIOS, Scenario, run_scenario  # noqa: E402
+from capture.scenarios import (  # noqa: E402
+    BY_NAME,
+    DESYNC_SEARCH,
+    PROMPT_TOO_LONG,
+    SCENARIOS,
+    Scenario,
+    run_scenario,
+    trim_log,
+)
 
 
 def main() -> int:
@@ -33,6 +41,9 @@ def main() -> int:
     ap.add_argument("--desync", action="store_true", help="also the desync-search setups")
     ap.add_argument("--limit", type=float, default=150.0, help="seconds per scenario at most")
     ap.add_argument("--json", action="store_true", help="one JSON line per scenario")
+    ap.add_argument("--fixtures", type=Path, help="also write each healthy capture's start here, gzipped "
+                    "(tests/fixtures/scenarios), with index.json")
+    ap.add_argument("--fixture-bytes", type=int, default=2_500_000, help="log bytes kept per fixture")
     args = ap.parse_args()
     unknown = [n for n in args.names if n not in BY_NAME]
     if unknown:
@@ -44,7 +55,7 @@ def main() -> int:
         return 2
     chosen: list[Scenario] = [BY_NAME[n] for n in args.names] or list(SCENARIOS)
     if args.desync and not args.names:
-        chosen += list(DESYNC_SEARCH)
+        chosen += [*DESYNC_SEARCH, PROMPT_TOO_LONG]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     bad = 0
     for sc in chosen:
@@ -58,6 +69,15 @@ def main() -> int:
             row["problems"] = h.problems()
             if sc.healthy and (not run.ok or not h.healthy or h.structure["wrong"]):
                 bad += 1
+            elif sc.healthy and args.fixtures is not None:
+                args.fixtures.mkdir(parents=True, exist_ok=True)
+                name = f"{sc.name}.log.gz"
+                row["fixture_bytes"] = trim_log(run.session / "raw.log", args.fixtures / name, args.fixture_bytes)
+                index_path = args.fixtures / "index.json"
+                index = json.loads(index_path.read_text()) if index_path.exists() else {}
+                index[name] = {"spec_type": h.spec_type, "drafter_kv": h.drafter_kv, "about": sc.about,
+                               "server_args": list(sc.args)}
+                index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         elif sc.healthy:
             bad += 1
         if args.json:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from analyze.spec import OWN, keeping
+from analyze.definitions import CYCLE_BOUNDARIES
+from analyze.spec import MIRROR, OWN, keeping
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
@@ -198,21 +199,25 @@ def default_tolerance(result: ParseResult) -> float:
 
     Mirror (DFlash, EAGLE3, unnamed): one draft block. While drafting, the drafter runs ahead of the target
     by at most one draft batch (its most common batch size, the draft block); after verification they are
-    level again. Own cache (draft-simple): the draft size, the most tokens a verification checked less one
+    level again; upstream types draft token by token too (EAGLE3), so at least the draft size. Own cache (draft-simple): the draft size, the most tokens a verification checked less one
     (chain drafting decodes one token per batch, but runs that many ahead).
     """
     b = result.batches
+    ev = result.events
+    drafted = [int(n) for n in ev.loc[ev["kind"] == "accepted", "generated"].fillna(0)]
+    draft_size = max(drafted, default=0)  # the server's `accepted N/M draft tokens`: M is the draft
     if keeping(result.meta) == OWN:
-        ev = result.events
-        drafted = [int(n) for n in ev.loc[ev["kind"] == "accepted", "generated"].fillna(0)]
-        if drafted and max(drafted) > 0:  # the server's `accepted N/M draft tokens`: M is the draft
-            return float(max(drafted))
+        if draft_size > 0:
+            return float(draft_size)
         t = b[b["context"] == "target"]
         span = pd.Series(floats(t["pos_max"]) - floats(t["pos_min"]))
         span = span[(floats(t["n_outputs"]) >= 2) & span.notna().to_numpy()]
         return float(max(1.0, span.mode().max())) if len(span) else 1.0
     sizes = pd.to_numeric(b.loc[b["context"] == "drafter", "n_tokens"], errors="coerce").dropna()
-    return float(sizes.mode().max()) if len(sizes) else 1.0
+    block = float(sizes.mode().max()) if len(sizes) else 1.0
+    if str(result.meta.get("spec_type", "")).startswith("draft-"):
+        return max(block, float(draft_size))  # upstream EAGLE3 drafts token by token, up to the draft size ahead
+    return block
 
 
 def _batch_ends(result: ParseResult, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
@@ -231,12 +236,38 @@ def apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     the positions each side's batches reached; between its drafts the drafter's cache is its own business
     (after a new request it keeps the old one until its next draft trims it). No drafter (n-gram): empty.
     """
-    if keeping(result.meta) != OWN:
+    keep = keeping(result.meta)
+    if keep == MIRROR and str(result.meta.get("spec_type", "")).startswith("draft-"):
+        return _mirror_apart(result, seq_id, axis)
+    if keep != OWN:
         target = stored_positions(result, "target", seq_id, axis)
         return delta(target, stored_positions(result, "drafter", seq_id, axis))
     drafter = _batch_ends(result, "drafter", seq_id, axis)
     d = delta(_batch_ends(result, "target", seq_id, axis), drafter)
     return d[d["line"].isin(drafter["line"])].reset_index(drop=True)
+
+
+def _mirror_apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
+    """Upstream DFlash/EAGLE3: the positions each side's batches reached (find_slot prints the max before a
+    placement, one batch behind), except in the hand-over after a new request or a reset: the target goes
+    first, and the drafter mirrors it with its next batch, so nothing is judged until that batch."""
+    drafter = _batch_ends(result, "drafter", seq_id, axis)
+    d = delta(_batch_ends(result, "target", seq_id, axis), drafter)
+    ev = result.events
+    ev = ev[ev["kind"].isin(CYCLE_BOUNDARIES)]
+    if seq_id is not None:
+        ev = ev[pd.to_numeric(ev["seq_id"], errors="coerce").isna() | (ev["seq_id"] == seq_id)]
+    bounds = np.sort(ev["line"].to_numpy(np.int64))
+    d_lines = np.sort(drafter["line"].to_numpy(np.int64))
+    if not len(d) or not bounds.size:
+        return d
+    lines = d["line"].to_numpy(np.int64)
+    last_bound = bounds[np.clip(np.searchsorted(bounds, lines, side="right") - 1, 0, None)]
+    has_bound = np.searchsorted(bounds, lines, side="right") > 0
+    at = np.searchsorted(d_lines, lines, side="right") - 1
+    last_drafter = np.where(at >= 0, d_lines[np.clip(at, 0, None)], -1)
+    handing_over = has_bound & (last_bound > last_drafter)
+    return d[~handing_over].reset_index(drop=True)
 
 
 def apart_stretches(result: ParseResult, d: pd.DataFrame, tolerance: float) -> list[Stretch]:

@@ -1,0 +1,119 @@
+"""The scenario matrix against a real llama-server b11434 (`make server`): each scenario captured once per test
+session under `kvtrace capture run`, driven by the official openai client, then held to what healthy means
+for its speculative type, with attribution checked against the log's own structure."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import analyze
+from analyze.compare import compare
+from analyze.views.health import Health, check_structure, health
+from capture.llama_server import find_llama_server
+from capture.scenarios import SCENARIOS, Scenario, ScenarioRun, run_scenario
+
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(find_llama_server() is None and not os.environ.get("CI"),
+                       reason="llama-server is not built here: run `make server`"),
+]
+
+KEEPING = {"draft-simple": "own", "draft-dflash": "mirror", "draft-eagle3": "mirror", "ngram-mod": "none",
+           "ngram-simple": "none"}
+NAMES = [s.name for s in SCENARIOS]
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    path = find_llama_server()
+    if path is None:
+        pytest.fail("llama-server is not built: `make server` builds it (CI must run it)")
+    return path
+
+
+class Matrix:
+    """Each scenario captured (and parsed) the first time a test asks for it, once per session."""
+
+    def __init__(self, server: Path, root: Path) -> None:
+        self.server, self.root = server, root
+        self.done: dict[str, tuple[ScenarioRun, analyze.ParseResult, Health]] = {}
+
+    def get(self, name: str) -> tuple[ScenarioRun, analyze.ParseResult, Health]:
+        if name not in self.done:
+            sc = next(s for s in SCENARIOS if s.name == name)
+            run = run_scenario(sc, self.root / name, self.server, limit=150)
+            assert run.ok, f"{name}: {run.reason}"
+            result = analyze.parse(run.session)
+            h = health(result)
+            h.structure = check_structure(result, run.session / "raw.log")
+            self.done[name] = (run, result, h)
+        return self.done[name]
+
+
+@pytest.fixture(scope="session")
+def matrix(llama_server: Path, tmp_path_factory: pytest.TempPathFactory) -> Matrix:
+    return Matrix(llama_server, tmp_path_factory.mktemp("scenarios"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scenario_is_captured_with_its_speculative_type(matrix: Matrix, name: str) -> None:
+    run, result, _ = matrix.get(name)
+    sc = next(s for s in SCENARIOS if s.name == name)
+    assert run.requests and sum(r.ok for r in run.requests) >= (1 if sc.long_prompts else len(run.requests))
+    assert result.meta["batch_debug"] and result.meta["kv_cache_debug"]
+    assert result.meta["spec_type"] == sc.spec_type
+    assert result.meta["drafter_kv"] == KEEPING[sc.spec_type]
+    assert len(result.batches) > 20
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_healthy_run_shows_no_divergence(matrix: Matrix, name: str) -> None:
+    _, result, h = matrix.get(name)
+    assert h.healthy, (name, h.problems())
+    assert h.failing_side == "none" and h.first_divergence is None and h.n_apart == 0
+    if h.drafter_kv == "none":
+        assert h.drafter_in_step is None and h.batches.get("drafter", 0) == 0
+    else:
+        assert h.drafter_in_step is True and h.n_cycles > 5, h
+    c = compare(result, result)
+    assert c.verdict == "unchanged"
+    assert c.a.drafter_in_step is (None if h.drafter_kv == "none" else True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attribution_matches_the_log_structure(matrix: Matrix, name: str) -> None:
+    _, result, h = matrix.get(name)
+    s = h.structure
+    assert s["wrong"] == 0, (name, s)
+    if s["known"]:
+        assert s["right"] / s["known"] >= 0.99, (name, s)
+    if name.startswith("draft-dflash"):
+        assert s["known"] > 10  # noise blocks and embedding injections, by construction the drafter's
+    # find_slot rows take the side of the batch they place: both caches have one size in b11434
+    kv = result.kv
+    assert (kv["context"] != "unknown").mean() >= 0.99, kv["context"].value_counts()
+    b = result.batches
+    assert (b["context"] != "unknown").mean() >= 0.99, b["context"].value_counts()
+
+
+def test_server_that_exits_at_start_up_gives_a_session_and_one_line(llama_server: Path, tmp_path: Path) -> None:
+    bad = Scenario("bad-flag", "draft-simple", ("--no-such-flag-kvtrace",), requests=1)
+    start = time.monotonic()
+    run = run_scenario(bad, tmp_path / "bad", llama_server, limit=60)
+    assert time.monotonic() - start < 60
+    assert not run.ok and "\n" not in run.reason
+    assert "exited at start-up" in run.reason and "no-such-flag-kvtrace" in run.reason, run.reason
+    assert (run.session / "raw.log").is_file() and (run.session / "manifest.json").is_file()
+
+
+def test_a_drafter_the_build_cannot_load(llama_server: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))  # the magic, then nothing a loader can use
+    bad = Scenario("bad-drafter", "draft-dflash", ("-c", "256"), requests=1, model_draft=str(broken))
+    run = run_scenario(bad, tmp_path / "bad", llama_server, limit=60)
+    assert not run.ok and "\n" not in run.reason and run.reason, run.reason
+    assert (run.session / "raw.log").stat().st_size > 0
