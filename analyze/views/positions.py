@@ -199,8 +199,9 @@ def default_tolerance(result: ParseResult) -> float:
 
     Mirror (DFlash, EAGLE3, unnamed): one draft block. While drafting, the drafter runs ahead of the target
     by at most one draft batch (its most common batch size, the draft block); after verification they are
-    level again; upstream types draft token by token too (EAGLE3), so at least the draft size. Own cache (draft-simple): the draft size, the most tokens a verification checked less one
-    (chain drafting decodes one token per batch, but runs that many ahead).
+    level again; upstream types draft token by token too (EAGLE3), so at least the draft size. Own cache
+    (draft-simple): the draft size, the most tokens a verification checked less one (chain drafting decodes
+    one token per batch, but runs that many ahead).
     """
     b = result.batches
     ev = result.events
