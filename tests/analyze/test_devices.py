@@ -190,3 +190,29 @@ def test_an_rpc_device_lost_mid_run_is_named() -> None:
     m = match_signature(result)
     assert m.name == "device_lost" and "RPC server stopped answering" in m.match.detail
     assert any("RPC0, RPC1" in s for s in m.steps)
+
+
+SCENARIO_FIXTURES = Path(__file__).parent.parent / "fixtures" / "scenarios"
+
+
+def test_real_two_device_captures() -> None:
+    """Real llama-server b11434 captures over two ggml-rpc-servers (the scenario matrix's fixtures): b11434
+    prints `using device` after the model's `loaded meta data` line and names every RPC buffer `RPC0[addr]`."""
+    for name, drafter_on in (("draft-dflash-2dev-devd", ["RPC1"]), ("draft-dflash-2dev-layer", ["RPC0", "RPC1"]),
+                             ("draft-simple-2dev-layer", ["RPC0", "RPC1"]), ("draft-dflash-2dev-kvu", ["RPC0", "RPC1"])):
+        result = analyze.parse(SCENARIO_FIXTURES / f"{name}.log.gz")
+        meta = result.meta
+        assert [(g["device"], g["backend"]) for g in meta["gpus"]] == [("RPC0", "RPC"), ("RPC1", "RPC")], name
+        assert all(g["name"].startswith("127.0.0.1:") and g["memory_mib"] > 0 for g in meta["gpus"]), name
+        env = env_of(result)
+        assert env.target_devices == ("RPC0", "RPC1") and list(env.drafter_devices) == drafter_on, name
+        target = meta["placement"]["target"]["devices"]
+        # each RPC buffer on the device of its own address
+        assert target["RPC0"]["model_mib"] > 0 and target["RPC1"]["model_mib"] > 0, name
+        assert "| RPC1 | RPC | 127.0.0.1:" in markdown_report(result), name
+
+
+def test_one_device_captures_list_no_gpu() -> None:
+    result = analyze.parse(SCENARIO_FIXTURES / "draft-dflash-1slot.log.gz")
+    assert result.meta["gpus"] == [] and result.meta["n_gpus"] == 0
+    assert list(result.meta["placement"]["target"]["devices"]) == ["CPU"]
