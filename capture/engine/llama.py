@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,11 @@ def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
         raise EngineError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server: too old for --rpc")
     lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
     for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        try:  # ggml-rpc aborts the process on a server it cannot connect to: ask first
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except (OSError, ValueError):
+            raise EngineError(f"cannot reach the RPC server {endpoint}") from None
         server_reg = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)(endpoint.encode())
         if not server_reg:
             raise EngineError(f"cannot reach the RPC server {endpoint}")

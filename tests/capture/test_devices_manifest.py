@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from capture.devices import device_flags, list_devices, parse_devices, rpc_endpoints
-from tests.capture.capture_helpers import manifest, run_kvtrace
+from tests.capture.capture_helpers import free_port, manifest, run_kvtrace
 
 LISTING = """\
 load_backend: loaded RPC backend from /x/libggml-rpc.so
@@ -73,3 +73,15 @@ def test_a_wrong_rpc_address_stops_the_capture_with_one_line(tmp_path: Path) -> 
     err = proc.stderr.decode().strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and "cannot reach the RPC server 127.0.0.1:9" in err[0], err
     assert not (tmp_path / "s" / "raw.log").exists()
+
+
+def test_engine_rpc_is_one_line_with_or_without_the_backend(tmp_path: Path) -> None:
+    """`kvtrace capture engine --rpc`: a llama-cpp-python without the RPC backend says so in one line; one with
+    it refuses a server nothing listens on (ggml-rpc itself would abort the process). Nothing is captured."""
+    closed = free_port()
+    proc = run_kvtrace("capture", "engine", "--rpc", f"127.0.0.1:{closed}", "--out", str(tmp_path / "s"),
+                       cwd=tmp_path, timeout=120)
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, err
+    assert ("built without it" in err[0]) or (f"cannot reach the RPC server 127.0.0.1:{closed}" in err[0]), err
+    assert not (tmp_path / "s").exists()
