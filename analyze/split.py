@@ -4,13 +4,17 @@ A piece starts at an `init: input batch info:` line: the walker handles that lin
 before it (it closes any open failure and starts a new dump), so each piece can be read on its own. The
 little state that reaches across the cut (the last hint and sequence warning, the last KV-cache size) is
 rebuilt by reading a short stretch before the cut first, and checked against where the piece before
-ended: a piece whose start differs is read again with that state. What is numbered across the whole log
-(batches, batch-size signatures, batch buffers, requests) is renumbered in the merge, in the order the
-serial reader would have met it, so the tables come out exactly as `parse` makes them.
+ended: a piece whose start differs is read again with that state. A piece that adds to the meta (devices,
+model layout, contexts, flags: start-up lines, and the odd compute buffer re-reserved while serving) is
+read again from the meta of the pieces before it, since those lines read what came before. What is
+numbered across the whole log (batches, batch-size signatures, batch buffers, requests) is renumbered in
+the merge, in the order the serial reader would have met it, so the tables come out exactly as `parse`
+makes them.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -20,7 +24,6 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyze.devices import add_device
 from analyze.records import KEEP_LINES_FOR, NA
 from analyze.source import Opened, iter_chunks, split_lines
 from analyze.walker import Walker
@@ -147,8 +150,10 @@ class PieceResult:
     warnings: list[str]
 
 
-def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None) -> PieceResult:
-    """Parse one piece; without `state`, rebuild it from the bytes just before the piece."""
+def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
+                meta: dict[str, Any] | None = None) -> PieceResult:
+    """Parse one piece; without `state`, rebuild it from the bytes just before the piece. `meta`: what the
+    pieces before it found (devices, layout, contexts, flags...), for a piece that adds to it."""
     w = Walker()
     if piece.start > 0:
         if state is None:
@@ -163,6 +168,8 @@ def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None) 
             w = Walker()
         _restore(w, state)
         w.n_lines = piece.first_line
+    if meta is not None:
+        w.meta = meta
     start_state = carried(w)
     warnings = _feed(w, path, piece.start, piece.end)
     w.close()
@@ -190,35 +197,30 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
             results = list(pool.map(_work, [(str(path), p) for p in pieces]))
     else:
         results = [parse_piece(path, p) for p in pieces]
-    for k in range(1, len(results)):
-        if results[k].start_state != results[k - 1].end_state:
-            results[k] = parse_piece(path, pieces[k], results[k - 1].end_state)  # read again from the true state
     if any(r.walker.first_abs_t is not None for r in results[1:]):
         return None
-    merged = merge([r.walker for r in results])
-    if merged is None:
-        return None
-    return merged, [w for r in results for w in r.warnings]
-
-
-_DEDUPED = ("versions", "backends", "spec_impls", "rope", "arch")
-
-
-def merge(walkers: list[Walker]) -> Walker | None:
-    """One walker holding the pieces' records in order, numbered as a serial read numbers them; None when a
-    piece's meta holds something this merge does not know how to combine."""
-    out = walkers[0]
-    for w in walkers[1:]:
-        if not _merge_into(out, w):
-            return None
+    out = results[0].walker
+    fresh = Walker().meta
+    for k in range(1, len(results)):
+        r = results[k]
+        # a piece read from a state other than where the piece before ended, or one that adds to the meta
+        # (whose lines read what came before: a device seen again, a buffer re-reserved, a context after
+        # the draft marker), is read again from the true state and the meta so far: rare, and exact
+        reread = r.start_state != results[k - 1].end_state or r.walker.meta != fresh
+        if reread:
+            r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(out.meta))
+        _merge_into(out, r.walker)
+        if reread:
+            out.meta = r.walker.meta
     for i, f in enumerate(out.failures):
         if i >= KEEP_LINES_FOR and f.keep_lines:
             f.keep_lines = False
             f.lines.clear()
-    return out
+    return out, [w for r in results for w in r.warnings]
 
 
-def _merge_into(out: Walker, w: Walker) -> bool:
+def _merge_into(out: Walker, w: Walker) -> None:
+    """Append a piece's records to `out`, renumbered as a serial read numbers them."""
     batch0 = out._n_batches  # noqa: SLF001
     req0 = out._requests  # noqa: SLF001
     sig_map: dict[int, int] = {}
@@ -251,32 +253,3 @@ def _merge_into(out: Walker, w: Walker) -> bool:
     out._requests += w._requests  # noqa: SLF001
     out.n_lines = w.n_lines
     out.n_recognised += w.n_recognised
-    return _merge_meta(out.meta, w.meta)
-
-
-def _merge_meta(meta: dict[str, Any], more: dict[str, Any]) -> bool:
-    draft_before = bool(meta.get("_draft_seen"))
-    fresh = Walker().meta
-    for key, value in more.items():
-        if key in fresh and value == fresh[key]:
-            continue  # nothing of that kind in this piece (start-up lines are all in the first one)
-        if key in _DEDUPED:
-            meta[key].extend(v for v in value if v not in meta[key])
-        elif key == "contexts":
-            # a context created in a later piece after a draft marker in an earlier one
-            meta[key].extend({**c, "after_draft_marker": c["after_draft_marker"] or draft_before} for c in value)
-        elif key in ("flags", "n_devices"):
-            meta.setdefault(key, {}).update(value)
-        elif key == "placement":
-            if value:
-                meta[key] = value
-        elif key == "_layout":
-            meta[key].merge(value)
-        elif key == "gpus":  # one device seen in several lines and pieces: completed, not repeated
-            for gpu in value:
-                add_device(meta[key], gpu)
-        elif key in ("mrope", "_draft_seen"):
-            meta[key] = bool(meta.get(key)) or bool(value)
-        else:
-            return False  # a field added to the walker since: read the log serially rather than guess
-    return True

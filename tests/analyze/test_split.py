@@ -21,6 +21,7 @@ from analyze.walker import HINT_GAP
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
+SCENARIOS = sorted((ROOT / "tests" / "fixtures" / "scenarios").glob("*.log.gz"))
 
 
 def assert_split(path: Path, piece_bytes: int) -> None:
@@ -76,6 +77,18 @@ def test_real_server_capture_split_equals_serial(server_log: Path, piece_bytes: 
     assert len(serial.batches) > 500 and len(serial.events) > 50
     assert_split(server_log, piece_bytes)
     assert_same(serial, analyze.parse(server_log, piece_bytes=piece_bytes))
+
+
+@pytest.mark.parametrize("capture", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_scenario_captures_split_equal_serial(capture: Path, tmp_path: Path) -> None:
+    """Every speculative type and device setup of the scenario matrix (real llama-server b11434 captures),
+    cut small: DFlash drafters re-reserve a compute buffer while serving, two-device runs print their
+    layout over many lines, and a piece holding such lines reads what came before."""
+    path = tmp_path / "raw.log"
+    with gzip.open(capture) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert_split(path, 30_000)
+    assert_same(analyze.parse(path), analyze.parse(path, piece_bytes=30_000))
 
 
 @pytest.mark.parametrize("other_thread", [False, True])
