@@ -480,7 +480,7 @@ def test_demo_prints_the_triage(cache: Path, tmp_path: Path) -> None:
     done = run_kvtrace("demo", "--no-dashboard", "--out", "demo", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout.decode()
-    assert "inconsistent_positions (drafter)" in out
+    assert re.search(r"verdict: +inconsistent_positions \(drafter, decided by line \d+\)", out), out
     gt = pd.read_parquet(tmp_path / "demo" / "ground_truth.parquet")
     first = gt[gt.ret != 0].iloc[0]
     assert f"X = {first.drafter_kv_max}   Y = {first.pos_min}" in out
@@ -509,7 +509,7 @@ def test_demo_opens_the_dashboard_on_localhost(cache: Path, tmp_path: Path) -> N
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert f"kvtrace dashboard: {url}" in out.decode()
-    assert "inconsistent_positions (drafter)" in out.decode()
+    assert re.search(r"verdict: +inconsistent_positions \(drafter, decided by line \d+\)", out.decode())
 
 
 def test_samples_are_current(tmp_path: Path) -> None:
