@@ -115,13 +115,15 @@ DESYNC_SEARCH: tuple[Scenario, ...] = (
              requests=6, concurrency=3, healthy=False, about="DFlash, three slots, one unified cache"),
     Scenario("draft-dflash-cache-reuse", "draft-dflash", ("-c", "1024", "-np", "2", "--cache-reuse", "4"),
              requests=6, concurrency=2, healthy=False, about="DFlash with shifted cached prefixes"),
-    Scenario("draft-dflash-cancel", "draft-dflash", ("-c", "512", "-np", "2"), requests=6, concurrency=2,
-             max_tokens=64, cancel_after=3, healthy=False, about="streams closed mid-draft"),
-    Scenario("draft-dflash-slots", "draft-dflash", ("-c", "512", "-np", "1", "--slot-save-path", "{session}"),
+    # long generations, so the closed streams are still drafting when the client goes away
+    Scenario("draft-dflash-cancel", "draft-dflash", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
+             max_tokens=1500, cancel_after=3, healthy=False, about="streams closed mid-draft"),
+    Scenario("draft-dflash-slots", "draft-dflash", ("-c", "512", "-np", "1", "--slots", "--slot-save-path",
+                                                    "{session}"),
              requests=3, concurrency=1, slot_actions=True, healthy=False,
              about="/slots save, restore and erase between requests"),
-    Scenario("draft-simple-cancel", "draft-simple", ("-c", "512", "-np", "2"), requests=6, concurrency=2,
-             max_tokens=64, cancel_after=3, healthy=False, about="draft-simple streams closed mid-draft"),
+    Scenario("draft-simple-cancel", "draft-simple", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
+             max_tokens=1500, cancel_after=3, healthy=False, about="draft-simple streams closed mid-draft"),
 )
 BY_NAME.update({s.name: s for s in DESYNC_SEARCH})
 # Not healthy by design: a prompt longer than the context is refused (400), which the reader reports as kv_slot.
@@ -230,7 +232,9 @@ def _slot_action(port: int, action: str) -> None:
 
     body = {} if action == "erase" else {"filename": "slot0.bin"}
     with contextlib.suppress(httpx.HTTPError):  # the server's own log records the outcome either way
-        httpx.post(f"http://127.0.0.1:{port}/slots/0?action={action}", json=body, timeout=30.0)
+        r = httpx.post(f"http://127.0.0.1:{port}/slots/0?action={action}", json=body, timeout=30.0)
+        if r.status_code != 200:
+            raise RuntimeError(f"/slots {action}: HTTP {r.status_code}: {' '.join(r.text.split())[:160]}")
 
 
 def _drive(scenario: Scenario, port: int) -> list[RequestResult]:

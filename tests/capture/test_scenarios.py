@@ -97,7 +97,8 @@ def test_attribution_matches_the_log_structure(matrix: Matrix, name: str) -> Non
     kv = result.kv
     assert (kv["context"] != "unknown").mean() >= 0.99, kv["context"].value_counts()
     b = result.batches
-    assert (b["context"] != "unknown").mean() >= 0.99, b["context"].value_counts()
+    # unknown is allowed (a guess is never shown as a fact): the warm-up decodes at start-up, before any request
+    assert (b["context"] != "unknown").mean() >= 0.95, b["context"].value_counts()
 
 
 def test_server_that_exits_at_start_up_gives_a_session_and_one_line(llama_server: Path, tmp_path: Path) -> None:
