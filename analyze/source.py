@@ -84,6 +84,7 @@ class GzipReader(io.RawIOBase):
         self._raw = raw
         self._opened = opened
         self._z = zlib.decompressobj(wbits=31)
+        self._fed = False  # the current member got bytes (a complete file ends between members)
         self._done = False
 
     def readable(self) -> bool:
@@ -94,10 +95,11 @@ class GzipReader(io.RawIOBase):
         while not self._done and (size < 0 or len(out) < size):
             data = self._z.unconsumed_tail or self._raw.read(1 << 20)
             if not data:
-                if not self._z.eof:
+                if self._fed and not self._z.eof:
                     self._warn("compressed data ends early")
                 self._done = True
                 break
+            self._fed = True
             try:
                 out += self._z.decompress(data, max(0, size - len(out)) if size > 0 else 0)
             except zlib.error as exc:
@@ -107,7 +109,8 @@ class GzipReader(io.RawIOBase):
             if self._z.eof:
                 rest = self._z.unused_data
                 self._z = zlib.decompressobj(wbits=31)
-                if rest.lstrip(b"\x00"):
+                self._fed = bool(rest.lstrip(b"\x00"))
+                if self._fed:
                     out += self._z.decompress(rest)
         return out
 
