@@ -1,0 +1,52 @@
+"""Healthy real llama-server captures in the dashboard, in headless Chromium: one per speculative type
+(draft-simple, upstream DFlash, n-gram). Each shows no divergence, no shading "apart", failing side none.
+The screenshots (test-artifacts/healthy-*.png) are the README's "What a healthy run looks like"."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, _legend, _wait_idle, server  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "scenarios"
+SHOWN = ("draft-simple-4slots", "draft-dflash-1slot", "ngram-mod-2slots")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium not installed (make browser)"),
+]
+
+
+def _metric(page, label: str) -> str:  # noqa: ANN001 - playwright Page
+    return str(page.locator("[data-testid='stMetric']").filter(has_text=label).first.inner_text())
+
+
+@pytest.mark.parametrize("name", SHOWN)
+def test_healthy_capture_in_chromium(server: str, name: str) -> None:  # noqa: F811 - the fixture
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    path = FIXTURES / f"{name}.log.gz"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1250})
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_idle(page)
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
+            _wait_idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            assert "none" in _metric(page, "First divergence").lower()
+            assert "none" in _metric(page, "Failing side").lower()
+            legend = _legend(page)
+            assert "target" in legend and not any("apart" in entry for entry in legend), legend
+            if not name.startswith("ngram"):
+                assert "drafter" in legend
+            page.screenshot(path=str(ARTIFACTS / f"healthy-{name}.png"))
+        finally:
+            browser.close()
