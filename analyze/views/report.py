@@ -245,7 +245,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     # Only the file name of a source path: a report is pasted in public, a home folder should not be.
     title = name or Path(str(getattr(result, "source", "") or "log")).name
     out: list[Block] = [Prose(f"### kvtrace triage: {escape(title)}")]
-    side = verdict.component or "unknown"
+    side = (verdict.component or "unknown") if len(result.errors) else "none"  # nothing failed: no failing side
     out.append(Prose(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
                      + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else "")))
     out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
@@ -289,7 +289,9 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     seq = verdict.seq_id if verdict.seq_id is not None else (d.seq_id if d is not None else None)
     table = position_rows(result, seq, d.line if d is not None else None)
     if table and any(r["target"] is not None or r["drafter"] is not None for r in table):
-        out += [Prose("**Positions around the first divergence** (stored max per context; log line numbers):"),
+        where = ("around the first divergence" if d is not None or verdict.last_pos is not None
+                 else "at the start (no divergence)")
+        out += [Prose(f"**Positions {where}** (stored max per context; log line numbers):"),
                 _position_table(table)]
     env = sig.env.lines() + _meta_lines(result.meta or {}, _SUMMARISED)
     if env:

@@ -13,6 +13,7 @@ import analyze
 from analyze.compare import compare
 from analyze.views.health import check_structure, health
 from analyze.views.overview import overview
+from analyze.views.report import markdown_report
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "scenarios"
@@ -37,6 +38,8 @@ def test_fixture_is_healthy_for_its_speculative_type(name: str) -> None:
     h = health(result)
     assert h.healthy, (name, h.problems())
     assert overview(result).first_divergence is None
+    report = markdown_report(result)
+    assert "failing side: **none**" in report and "first divergence" not in report.lower()
     side = compare(result, result).a
     assert side.drafter_in_step is (None if entry["drafter_kv"] == "none" else True)
     if entry["drafter_kv"] != "none":
