@@ -122,3 +122,27 @@ def test_real_paths_checked(tmp_path: Path, pair: ModelPair) -> None:
         ModelPair.from_paths(pair.target, tmp_path / "missing.gguf")
     real = resolve_models(pair.target, pair.drafter)
     assert (real.target, real.drafter, real.generated) == (pair.target, pair.drafter, False)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
+def test_upstream_drafters_are_deterministic_cached_and_carry_their_keys(kind: str, tmp_path: Path) -> None:
+    import gguf
+
+    from capture.models import ensure_upstream_drafter, sha256_file
+
+    a = ensure_upstream_drafter(kind, tmp_path / "a")
+    b = ensure_upstream_drafter(kind, tmp_path / "b")
+    assert sha256_file(a) == sha256_file(b)  # the same bytes from the same seed
+    mtime = a.stat().st_mtime_ns
+    assert ensure_upstream_drafter(kind, tmp_path / "a") == a and a.stat().st_mtime_ns == mtime  # cached
+    reader = gguf.GGUFReader(str(a))
+    fields = reader.fields
+    arch = bytes(fields["general.architecture"].parts[-1]).decode()
+    assert arch == kind
+    layers = [int(fields[f"{kind}.target_layers"].parts[i][0]) for i in fields[f"{kind}.target_layers"].data]
+    assert layers and max(layers) < 2  # ids must be below the tiny target's n_layer, or the server aborts
+    assert int(fields["tokenizer.ggml.mask_token_id"].parts[-1][0]) == 3
+    names = {t.name for t in reader.tensors}
+    assert "fc.weight" in names and "token_embd.weight" not in names  # the target's embeddings are shared
+    with pytest.raises(Exception, match="unknown drafter kind"):
+        ensure_upstream_drafter("mtp", tmp_path / "a")
