@@ -387,6 +387,8 @@ PATTERNS: tuple[Pattern, ...] = (
     # the implementation line names the spec type: before the generic draft marker, which also matches it
     _p("spec_impl", "meta", "implementation", r"adding (?:speculative )?implementation '?(?P<impl>[\w-]+)'?",
        kind="spec_impl"),
+    # every draft names its implementation too (`called impl draft-simple, hist size = ...`): a log cut after start-up
+    _p("spec_impl_called", "meta", "called impl", r"called impl (?P<impl>[a-z][\w-]*), hist size", kind="spec_impl"),
     _p("draft_load", "meta", "draft", r"(?:loading draft model|adding speculative implementation|common_speculative_init|"
        r"draft model warmup|dflash: setting -cd)", kind="draft_marker"),
     # after spec_impl: the other lines a speculative implementation prints while it creates the draft context

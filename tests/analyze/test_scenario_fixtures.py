@@ -66,3 +66,14 @@ def test_faults_keep_their_divergence(seed_report: Path) -> None:
     assert compare(stale, stale).a.drafter_in_step is False
     rollback = analyze.parse(ROOT / "samples" / "no-rollback")
     assert overview(rollback).first_divergence is not None
+
+
+@pytest.mark.parametrize("name", ["draft-simple-1slot.log.gz", "draft-dflash-1slot.log.gz", "draft-eagle3-1slot.log.gz"])
+def test_spec_type_without_the_start_up_lines(name: str) -> None:
+    """A paste cut after start-up still names its type: every draft prints `called impl ...`."""
+    import gzip
+
+    lines = gzip.decompress((FIXTURES / name).read_bytes()).splitlines(keepends=True)
+    cut = b"".join(line for line in lines if b"adding speculative implementation" not in line)
+    result = analyze.parse(cut, name=name)
+    assert result.meta["spec_type"] == INDEX[name]["spec_type"]
