@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,3 +28,18 @@ def corpus_dir() -> Path:
 def seed_report() -> Path:
     """The report this project exists for (beellama.cpp #28), as pasted, header stripped."""
     return CORPUS / "00_beellama-28-multigpu-dflash-seed.log"
+
+
+def wait_for_dashboard(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Until the dashboard on 127.0.0.1:port answers its health check; fails if `proc` ends first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, "the command ended before its dashboard answered"
+        assert time.monotonic() < deadline, f"the dashboard did not answer within {timeout_s:g} s"
+        time.sleep(0.3)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from analyze.views.dashboard import free_port
 from capture.llama_server import find_llama_server
 from capture.models import ensure_models
+from tests.conftest import wait_for_dashboard
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,16 +55,7 @@ def _dashboard(session: Path, name: str) -> Iterator[str]:
     proc = _kvtrace("dashboard", str(session), "--follow", "--port", str(port), log=ARTIFACTS / f"{name}.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the dashboard did not start"
-            time.sleep(0.3)
+        wait_for_dashboard(port, proc)
         yield url
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

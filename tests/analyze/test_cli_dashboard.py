@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from analyze.cli.dashboard import dashboard_command
 from analyze.views.dashboard import free_port
+from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,16 +43,7 @@ def test_dashboard_serves_on_localhost_and_stops_on_ctrl_c() -> None:
     try:
         first = proc.stdout.readline().decode()
         assert re.search(rf"http://127\.0\.0\.1:{port}\b", first), first
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                    assert resp.status == 200
-                    break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read().decode()
-                assert time.monotonic() < deadline, "the dashboard did not answer within 60 s"
-                time.sleep(0.3)
+        wait_for_dashboard(port, proc)
         # Ctrl-C goes to the whole foreground group: the command and streamlit both get SIGINT.
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=20) == 0
@@ -60,20 +51,6 @@ def test_dashboard_serves_on_localhost_and_stops_on_ctrl_c() -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        assert proc.poll() is None, "the command ended before its dashboard answered"
-        assert time.monotonic() < deadline, f"the dashboard did not answer within {timeout_s:g} s"
-        time.sleep(0.3)
 
 
 def _port_free(port: int, timeout_s: float = 20) -> bool:
@@ -105,7 +82,7 @@ def test_sigterm_and_sigkill_of_the_command_stop_the_server_and_free_the_port() 
         port = free_port()
         proc = _dashboard(port, "--follow")
         try:
-            _wait_healthy(port, proc)
+            wait_for_dashboard(port, proc)
             os.kill(proc.pid, sig)  # the command alone, not its group: the server must not stay behind
             proc.wait(timeout=20)
             assert _port_free(port), f"the streamlit server still holds port {port} after {sig.name}"
@@ -148,7 +125,7 @@ def test_capture_dashboard_follows_the_session_and_stops_with_the_capture(tmp_pa
             assert line, said
             said += line
         port = int(m[1])
-        _wait_healthy(port, proc)
+        wait_for_dashboard(port, proc)
         stop.touch()  # the program exits: the capture ends, and its dashboard with it
         rest = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0

@@ -13,6 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from capture.llama_server import find_llama_server
+
 BIN = Path(sys.executable).parent
 
 
@@ -85,3 +89,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# Tests of a real llama-server: a user's machine without the built server skips them; CI always builds it
+# (`make server`) and must run them, so there a missing server fails (the `llama_server` fixture).
+NEEDS_SERVER = [
+    pytest.mark.server,
+    pytest.mark.skipif(find_llama_server() is None and not os.environ.get("CI"),
+                       reason="llama-server is not built here: run `make server`"),
+]

@@ -3,31 +3,17 @@ draft model, wrapped by `kvtrace capture run --ping 3`."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import analyze
-from capture.llama_server import find_llama_server
 from capture.models import ensure_models
-from tests.capture.capture_helpers import free_port, manifest, run_kvtrace
+from tests.capture.capture_helpers import NEEDS_SERVER, free_port, manifest, run_kvtrace
 
-pytestmark = [
-    pytest.mark.server,
-    # a user's machine without the built server skips; CI always builds it (`make server`) and must run these
-    pytest.mark.skipif(find_llama_server() is None and not os.environ.get("CI"),
-                       reason="llama-server is not built here: run `make server`"),
-]
+pytestmark = NEEDS_SERVER
 
-
-@pytest.fixture(scope="module")
-def llama_server() -> Path:
-    path = find_llama_server()
-    if path is None:
-        pytest.fail("llama-server is not built: `make server` builds it (CI must run it)")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ for its speculative type, with attribution checked against the log's own structu
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,26 +12,15 @@ import pytest
 import analyze
 from analyze.compare import compare
 from analyze.views.health import Health, check_structure, health
-from capture.llama_server import find_llama_server
 from capture.scenarios import SCENARIOS, Scenario, ScenarioRun, run_scenario
+from tests.capture.capture_helpers import NEEDS_SERVER
 
-pytestmark = [
-    pytest.mark.server,
-    pytest.mark.skipif(find_llama_server() is None and not os.environ.get("CI"),
-                       reason="llama-server is not built here: run `make server`"),
-]
+pytestmark = NEEDS_SERVER
 
 KEEPING = {"draft-simple": "own", "draft-dflash": "mirror", "draft-eagle3": "mirror", "ngram-mod": "none",
            "ngram-simple": "none"}
 NAMES = [s.name for s in SCENARIOS]
 
-
-@pytest.fixture(scope="session")
-def llama_server() -> Path:
-    path = find_llama_server()
-    if path is None:
-        pytest.fail("llama-server is not built: `make server` builds it (CI must run it)")
-    return path
 
 
 class Matrix:

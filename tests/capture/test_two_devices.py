@@ -18,25 +18,13 @@ import analyze
 from analyze.signatures import match_signature
 from analyze.views.report import markdown_report
 from capture.devices import list_devices
-from capture.llama_server import find_llama_server
 from capture.models import ensure_models
 from capture.rpc import LOOPBACK, find_rpc_server, rpc_servers
 from capture.scenarios import BY_NAME, TWO_DEVICES, Scenario, run_scenario
-from tests.capture.capture_helpers import free_port, run_kvtrace
+from tests.capture.capture_helpers import NEEDS_SERVER, free_port, run_kvtrace
 
-pytestmark = [
-    pytest.mark.server,
-    pytest.mark.skipif(find_llama_server() is None and not os.environ.get("CI"),
-                       reason="llama-server is not built here: run `make server`"),
-]
+pytestmark = NEEDS_SERVER
 
-
-@pytest.fixture(scope="module")
-def llama_server() -> Path:
-    path = find_llama_server()
-    if path is None:
-        pytest.fail("llama-server is not built: `make server` builds it (CI must run it)")
-    return path
 
 
 @pytest.fixture(scope="module")
