@@ -424,35 +424,20 @@ class Engine:
             self.lines.draft_failed(dret)
         self.stats.t_gen_ms += (time.perf_counter() - t0) * 1e3
 
-        # Verify [id_last, d1..dk] in one target batch; with no draft this is a plain decode step.
-        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True, step="verify")
-        if tret != 0:
-            self.lines.target_failed(0, cfg.n_batch, tret)
+        verified = self._verify(id_last, drafts, n_past)
+        if verified is None:
             return 0, len(drafts), False
-        a = 0
-        while a < len(drafts) and self._argmax(T, a) == drafts[a]:
-            a += 1
-        new_token = self._argmax(T, a)
+        a, new_token = verified
 
         if drafts:
             t1 = time.perf_counter()
-            self.stats.n_acc_calls += 1
-            self.stats.n_acc_tokens += a
-            self.stats.n_acc_drafts += 1 if a else 0
-            if len(self.stats.acc_per_pos) < k:
-                self.stats.acc_per_pos += [0] * (k - len(self.stats.acc_per_pos))
-            for j in range(a):
-                self.stats.acc_per_pos[j] += 1
+            self._count_accepted(a, k)
             T.seq_rm(n_past + a + 1)
             if self.drafter_in_sync:
                 self._commit(n_past, drafts, a, rollback)
             self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
 
-        slot.tokens += drafts[:a] + [new_token]
-        slot.n_past = n_past + a + 1
-        slot.id_last = new_token
-        if drafts:
-            self.lines.accepted(task, a, len(drafts), slot.n_past)
+        self._advance(slot, task, drafts, a, new_token)
         self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, T.kv_range()[1], D.kv_range()[1]))
         return a, len(drafts), True
 
@@ -478,14 +463,10 @@ class Engine:
             self.stats.n_gen_tokens += len(drafts)
         self.stats.t_gen_ms += (time.perf_counter() - t0) * 1e3
 
-        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True, step="verify")
-        if tret != 0:
-            self.lines.target_failed(0, cfg.n_batch, tret)
+        verified = self._verify(id_last, drafts, n_past)  # read before the drafter runs (its logits stay valid)
+        if verified is None:
             return 0, len(drafts), False
-        a = 0
-        while a < len(drafts) and self._argmax(T, a) == drafts[a]:
-            a += 1
-        new_token = self._argmax(T, a)  # read before the drafter runs: the target's logits stay valid anyway
+        a, new_token = verified
         iret = self._process([id_last] + drafts, n_past)
         if iret != 0 and self.lines.flavor == "upstream":
             self.lines.speculative_batch_failed()
@@ -495,26 +476,48 @@ class Engine:
 
         if drafts:
             t1 = time.perf_counter()
-            self.stats.n_acc_calls += 1
-            self.stats.n_acc_tokens += a
-            self.stats.n_acc_drafts += 1 if a else 0
-            if len(self.stats.acc_per_pos) < len(drafts):
-                self.stats.acc_per_pos += [0] * (len(drafts) - len(self.stats.acc_per_pos))
-            for j in range(a):
-                self.stats.acc_per_pos[j] += 1
+            self._count_accepted(a, len(drafts))
             self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
         T.seq_rm(n_past + a + 1)
         if trim:
             D.seq_rm(n_past + a + 1)
         if self.eagle3:
             self._e3_accept(a)
+        self._advance(slot, task, drafts, a, new_token)
+        self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, *self._maxes()))
+        return a, len(drafts), True
+
+    def _verify(self, id_last: int, drafts: list[int], n_past: int) -> tuple[int, int] | None:
+        """The target verifies [id_last, d1..dk] in one batch (a plain decode step when there is no draft):
+        (drafts accepted, the token after them), or None when llama.cpp refused the batch."""
+        T = self.target
+        tret = self.decode(T, [id_last] + drafts, n_past, all_logits=True, step="verify")
+        if tret != 0:
+            self.lines.target_failed(0, self.cfg.n_batch, tret)
+            return None
+        a = 0
+        while a < len(drafts) and self._argmax(T, a) == drafts[a]:
+            a += 1
+        return a, self._argmax(T, a)
+
+    def _count_accepted(self, a: int, width: int) -> None:
+        """The acceptance statistics the server prints: calls, tokens, drafts and per position (`width` wide)."""
+        st = self.stats
+        st.n_acc_calls += 1
+        st.n_acc_tokens += a
+        st.n_acc_drafts += 1 if a else 0
+        if len(st.acc_per_pos) < width:
+            st.acc_per_pos += [0] * (width - len(st.acc_per_pos))
+        for j in range(a):
+            st.acc_per_pos[j] += 1
+
+    def _advance(self, slot: Slot, task: int, drafts: list[int], a: int, new_token: int) -> None:
+        """The slot keeps the accepted drafts and the target's next token."""
         slot.tokens += drafts[:a] + [new_token]
-        slot.n_past = n_past + a + 1
+        slot.n_past += a + 1
         slot.id_last = new_token
         if drafts:
             self.lines.accepted(task, a, len(drafts), slot.n_past)
-        self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, *self._maxes()))
-        return a, len(drafts), True
 
     def _maxes(self) -> tuple[int, int]:
         return self.target.kv_range()[1], self.drafter.kv_range()[1]
