@@ -285,7 +285,8 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
         seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default), key=f"seq-{key}")
     tol = c2.number_input(
         "Apart when more than", min_value=0.0, value=float(default_tolerance(result)), step=1.0, key=f"tol-{key}",
-        help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block).",
+        help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block; the "
+             "draft size for a drafter that keeps its own cache).",
     )  # fmt: skip
     lo, hi = _x_extent(result, axis)
     if lo is None or hi is None or hi <= lo:
@@ -383,7 +384,7 @@ def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | 
         return seq_id
     left, right = st.columns(2)
     with left:
-        st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft block)")
+        st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft cycle's tolerance)")
         if len(result.kv) or len(result.batches):
             st.plotly_chart(delta_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol),
                             key=f"delta-{key}", config={"displaylogo": False})

@@ -141,20 +141,6 @@ class Layout:
         elif kind == "offloaded":
             self._current().offloaded = f"{g['done']}/{g['total']}"
 
-    def merge(self, more: Layout) -> None:
-        """A later piece of one log: its lines before any load belong to this piece's last load."""
-        loads = list(more.loads)
-        if loads and loads[0].orphan and self.loads:
-            head, last = loads.pop(0), self.loads[-1]
-            for src, dst in ((head.layers, last.layers), (head.kv_layers, last.kv_layers)):
-                for dev, layers in src.items():
-                    dst.setdefault(dev, []).extend(layers)
-            for buffer, sizes in head.buffers.items():
-                last.buffers.setdefault(buffer, {}).update(sizes)
-            last.offloaded = head.offloaded or last.offloaded
-        self.loads.extend(loads)
-        self.pending = more.pending
-
     def models(self) -> tuple[ModelLoad | None, ModelLoad | None]:
         """The target's load and the drafter's (None where the log has none)."""
         real = [m for m in self.loads if not m.dry and (m.used() or m.devices)]
