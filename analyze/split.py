@@ -33,6 +33,11 @@ MIN_PIECE = 8 << 20  # below this a piece is not worth a process
 _BOUNDARY = b"input batch info:"
 # a cut line must take the walker's input-batch path and no other (the checks in Walker.feed come first)
 _NOT_ON_CUT = (b"ubatch_print:", b"find_slot: stream[", b": pos = [")
+# Meta that lines only add to and no line reads while the log is walked (`_draft_seen` is read only by the
+# context and device-layout lines, which change meta keys of their own): a piece that adds only these is
+# merged into the meta so far rather than read again. A real server names its speculative implementation
+# while serving (`called impl ...`), so without this nearly every piece of a server log was read twice.
+_MERGEABLE_META = ("spec_impls", "_draft_seen")
 
 
 @dataclass(slots=True)
@@ -206,17 +211,32 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
         # a piece read from a state other than where the piece before ended, or one that adds to the meta
         # (whose lines read what came before: a device seen again, a buffer re-reserved, a context after
         # the draft marker), is read again from the true state and the meta so far: rare, and exact
-        reread = r.start_state != results[k - 1].end_state or r.walker.meta != fresh
+        reread = r.start_state != results[k - 1].end_state or not _only_mergeable(r.walker.meta, fresh)
         if reread:
             r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(out.meta))
         _merge_into(out, r.walker)
         if reread:
             out.meta = r.walker.meta
+        else:
+            _merge_meta(out.meta, r.walker.meta)
     for i, f in enumerate(out.failures):
         if i >= KEEP_LINES_FOR and f.keep_lines:
             f.keep_lines = False
             f.lines.clear()
     return out, [w for r in results for w in r.warnings]
+
+
+def _only_mergeable(meta: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """The piece's meta differs from a fresh walker's only in keys that merge exactly (_MERGEABLE_META)."""
+    keys = (set(meta) | set(fresh)) - set(_MERGEABLE_META)
+    return all(meta.get(k) == fresh.get(k) for k in keys)
+
+
+def _merge_meta(out: dict[str, Any], piece: dict[str, Any]) -> None:
+    """What a serial read would have: implementations in first-seen order, the draft marker once seen."""
+    out["spec_impls"].extend(i for i in piece.get("spec_impls", []) if i not in out["spec_impls"])
+    if piece.get("_draft_seen"):
+        out["_draft_seen"] = True
 
 
 def _merge_into(out: Walker, w: Walker) -> None:
