@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import analyze
-from analyze.views.dashboard import streamlit_command
+from analyze.views.dashboard import free_port, streamlit_command
+from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -36,32 +34,16 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "KVTRACE_OPEN"}
     cmd = streamlit_command("127.0.0.1", port)  # exactly what `kvtrace dashboard` runs
     log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "streamlit-server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start; see {log.name}")
-            time.sleep(0.3)
+        wait_for_dashboard(port, proc)  # if it fails, the server's output is in test-artifacts/streamlit-server.log
         yield url
     finally:
         proc.terminate()
