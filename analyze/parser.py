@@ -12,8 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.normalize import clean_chunk, decode, readable
-from analyze.patterns import BY_NAME
+from analyze.normalize import clean_chunk, decode
 from analyze.records import CONTEXT_NAMES, NA
 from analyze.source import GzipReader, InputError, Source, iter_chunks, open_source, resolve_path, split_lines
 from analyze.tables import build_all
@@ -191,11 +190,7 @@ def _manifest_flags(source: Source, walker: Walker) -> None:
     line = manifest.get("effective_command_line") if isinstance(manifest, dict) else None
     if not isinstance(line, str):
         return
-    flags = walker.meta["flags"]
-    for m in BY_NAME["flags"].regex.finditer(line):
-        if m["flag"] not in flags:
-            value = m["value"]
-            flags[m["flag"]] = readable(value.strip('"')) if value is not None else True
+    walker.add_flags(line, only_new=True)
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:

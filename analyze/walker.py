@@ -498,9 +498,16 @@ class Walker:
             if g["arch"] not in meta["arch"]:
                 meta["arch"].append(g["arch"])
         elif kind == "flag":
-            for fm in p.regex.finditer(line):
-                value = fm["value"]
-                meta["flags"][fm["flag"]] = readable(value.strip('"')) if value is not None else True
+            self.add_flags(line)
+
+    def add_flags(self, text: str, *, only_new: bool = False) -> None:
+        """The command-line flags in `text` into meta["flags"]; `only_new` keeps what the log said itself."""
+        flags = self.meta["flags"]
+        for fm in _FLAGS.finditer(text):
+            if only_new and fm["flag"] in flags:
+                continue
+            value = fm["value"]
+            flags[fm["flag"]] = readable(value.strip('"')) if value is not None else True
 
 
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
@@ -554,6 +561,7 @@ _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(p)}))
 _PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
+_FLAGS = BY_NAME["flags"].regex
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
 _SEQ_POS, _SEQ_OPEN, _SEQ_CLOSE = BY_NAME["batch_seq_pos"], BY_NAME["batch_seq_open"], BY_NAME["batch_seq_close"]
