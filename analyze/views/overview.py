@@ -40,7 +40,9 @@ class Overview:
 
 def overview(result: ParseResult) -> Overview:
     b = result.batches
-    ctx = b["context"].value_counts() if len(b) else pd.Series(dtype="int64")
+    # per batch, not per row: a batch of several sequences has a row each, and the parts should add up to
+    # the batch count beside them
+    ctx = b.drop_duplicates("batch")["context"].value_counts() if len(b) else pd.Series(dtype="int64")
     verdict = result.verdict
     seq = None if verdict.seq_id is None else int(verdict.seq_id)
     return Overview(
