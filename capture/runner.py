@@ -122,7 +122,10 @@ def _wait_for_stop(
                 return "ping failed", EXIT_FAILED, pinger.result.error
             if not rules.keep_running:
                 return "ping done", (EXIT_FAILED if pinger.result.error else EXIT_OK), pinger.result.error
-        time.sleep(0.05)
+        if child is not None and eof.is_set():
+            child.wait(0.05)  # the output has ended: the program exits next, notice it at once
+        else:
+            eof.wait(0.05)
 
 
 def _preload_pandas() -> None:

@@ -77,15 +77,12 @@ class RawSink:
     def echoing(self) -> bool:
         return self._echo is not None
 
-    def fsync(self) -> None:
-        with contextlib.suppress(OSError):
-            os.fsync(self._fd)
-
     def close(self, chunks_path: Path | None = None) -> None:
         with self._lock:
             if self._fd < 0:
                 return
-            self.fsync()
+            # No fsync: what was written survives the wrapper's own death in the page cache, as a plain
+            # `CMD > file` does; forcing 200 MB to disk at the end cost the run 0.2 s for nothing more.
             os.close(self._fd)
             os.close(self._journal_fd)
             self._fd = -1
