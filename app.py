@@ -21,7 +21,7 @@ from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.views import preload
 from analyze.views.bundle import zip_tables
 from analyze.views.dashboard import FOLLOW_ENV, OPEN_ENV
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.views.follow import Follower, LiveState
 from analyze.views.overview import overview
 from analyze.views.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
@@ -413,8 +413,11 @@ def show_tables(op: Opened, key: str) -> int | None:
     """Filterable tables; returns the log line of the row the user picked."""
     result = op.parsed
     picked: int | None = None
-    tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS])
+    tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS], key=f"tabs-{key}",
+                   on_change="rerun")
     for tab, name in zip(tabs, _FILTERS, strict=True):
+        if not tab.open:
+            continue
         with tab:
             frame = getattr(result, name)
             if not len(frame):
@@ -582,7 +585,12 @@ def main() -> None:
         show_live_status(state, src, src.digest[:12])
         op = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
     else:
+        waiting = st.empty()
+        if st.session_state.get("opened") != src.digest:  # a first open: the page has no chart drawn yet
+            waiting.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
         op = open_source(src)
+        st.session_state["opened"] = src.digest
+        waiting.empty()
     st.caption(f"Source: {escape(op.source.name)}")
     if op.error is not None:
         st.error(escape(f"{op.source.name}: {op.error}"))

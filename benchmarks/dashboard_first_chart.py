@@ -99,7 +99,9 @@ def browser(path: Path) -> dict[str, float]:
             page = b.new_page(viewport={"width": 1500, "height": 1200})
             t0 = time.perf_counter()
             page.goto(dash.url)
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg .scatterlayer", timeout=120_000)
+            # a drawn line of the position chart (the empty frame shown while the log is read has none)
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .scatterlayer .trace .js-line", state="attached",
+                                   timeout=120_000)
             wall = time.perf_counter() - t0
             page.wait_for_selector("[data-testid='stDataFrame']", state="attached", timeout=120_000)
             tables = time.perf_counter() - t0

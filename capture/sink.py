@@ -8,7 +8,6 @@ journal is still there and `load_chunks` reads it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time

@@ -269,6 +269,10 @@ def test_table_filters_narrow_the_rows() -> None:
     at = _app()
     at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
     at.run()
+    assert not any(m.key and m.key.endswith("-events-kind") for m in at.multiselect)  # only the open tab is drawn
+    tabs = "tabs-" + next(k for k in _keys(at) if k.startswith("line-"))[len("line-"):]
+    at.session_state[tabs] = next(t.label for t in at.tabs if t.label.startswith("Events"))
+    at.run()
     key = next(m.key for m in at.multiselect if m.key and m.key.endswith("-events-kind"))
     before = next(len(d.value) for d in at.dataframe if "detail" in d.value.columns)
     at.multiselect(key=key).set_value(["reset"])

@@ -280,6 +280,17 @@ def position_figure(
     return fig
 
 
+def waiting_figure() -> go.Figure:
+    """The position chart's empty frame, drawn while a log is read: the browser loads its chart library in
+    the meantime (about two seconds on a first open) instead of after the log is read. No log text in it."""
+    fig = go.Figure()
+    fig.update_layout(
+        height=520, xaxis_title="reading the log ...", yaxis_title="KV position",
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+    )
+    return fig
+
+
 def delta_figure(
     result: ParseResult, *, seq_id: int | None = None, axis: XAxis | None = None,
     x_range: tuple[float, float] | None = None, tolerance: float | None = None,

@@ -84,6 +84,18 @@ def take(path: str) -> Parsed | None:
         job.out.unlink(missing_ok=True)
 
 
+def discard() -> None:
+    """Stop every job no page took and remove its file (the server is stopping)."""
+    with _lock:
+        jobs = list(_jobs.values())
+        _jobs.clear()
+    for job in jobs:
+        if job.proc.poll() is None:
+            job.proc.kill()
+        job.proc.wait()
+        job.out.unlink(missing_ok=True)
+
+
 def _child(path: str, out: str) -> int:
     from analyze.parser import parse
     from analyze.source import InputError

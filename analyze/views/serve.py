@@ -6,21 +6,42 @@ streamlit starts; a followed log (KVTRACE_FOLLOW) is read by the page itself as 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from analyze.views import preload
 from analyze.views.dashboard import FOLLOW_ENV, OPEN_ENV
 
+# What the page's first run imports, loaded before the server answers (while the log is read beside it): on a
+# fresh server the first page otherwise waited about a second more for pandas, plotly and the reader. Not in a
+# thread: streamlit's own imports running at the same time would meet half-initialised modules.
+WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "analyze", "analyze.parser",
+                "analyze.devices", "analyze.views.bundle", "analyze.views.figures", "analyze.views.follow",
+                "analyze.views.overview", "analyze.views.positions", "analyze.views.rawtext",
+                "analyze.views.report")
+
+
+def _warm() -> None:
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the page imports it again and shows what is wrong
+            return
+
 
 def main() -> None:
     path = os.environ.get(OPEN_ENV, "").strip()
     if path and os.environ.get(FOLLOW_ENV) != "1":
         preload.start(path)
+    _warm()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *sys.argv[1:]]
-    sys.exit(cli.main())
+    try:
+        sys.exit(cli.main())
+    finally:
+        preload.discard()  # a log no page asked for leaves no process and no file behind
 
 
 if __name__ == "__main__":

@@ -42,3 +42,13 @@ def test_a_missing_or_unreadable_log_leaves_the_message_to_the_page(tmp_path: Pa
     preload.start(str(tmp_path / "bad.gz"))
     got = preload.take(str(tmp_path / "bad.gz"))
     assert got is None or (got[0] is not None or got[1])  # the reader's own answer, never an exception
+
+
+def test_a_job_no_page_took_is_stopped_and_its_file_removed(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes((SAMPLE / "raw.log").read_bytes())
+    preload.start(str(log))
+    job = next(iter(preload._jobs.values()))  # noqa: SLF001 - what the server leaves behind if it forgets
+    preload.discard()
+    assert job.proc.poll() is not None and not job.out.exists()
+    assert preload.take(str(log)) is None
