@@ -133,6 +133,15 @@ class Walker:
                     self._batch(hot.kind, m, no, line)
                 in_input = self._dump == _INPUT
                 continue
+            if "draft candidate" in line and (hit := _first(line)) is not None and hit[0] is _CANDIDATE:
+                # a draft candidate, about one line in six of a server log: the drafter hint, without the
+                # general dispatch it would take to get there (see _dispatch and _event)
+                self.n_recognised += 1
+                if self._failure is not None:
+                    self._close_failure()
+                self._hint = (no, _CANDIDATE.component, line)
+                self._mark_drafter()
+                continue
             if not self._match(line, no) and "&" in line and (text := unescape(line)) != line:
                 self._match(text, no)  # an HTML-escaped paste: once more on the unescaped text
             in_input = self._dump == _INPUT
@@ -402,11 +411,7 @@ class Walker:
         if p.family == "hint" or p.extra.get("hint"):
             self._hint = (no, p.component, line)
         if p.family == "hint" and p.kind == "draft":
-            # candidates are printed from the logits of the decode that just ran: that batch was the drafter's
-            b = self.batches
-            for r in self._cur_rows:
-                if b.hint[r] == 0:
-                    b.hint[r] = CONTEXT_CODES["drafter"]
+            self._mark_drafter()
             return
         g = {k: v for k, v in m.groupdict().items() if v is not None}
         if p.kind == "kv_warning":
@@ -442,6 +447,13 @@ class Walker:
         accepted, generated = draft_counts(p.kind, p.name, detail)
         self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name,
                                  int_or_none(detail.get("slot")), int_or_none(detail.get("task")), accepted, generated))
+
+    def _mark_drafter(self) -> None:
+        # candidates are printed from the logits of the decode that just ran: that batch was the drafter's
+        b = self.batches
+        for r in self._cur_rows:
+            if b.hint[r] == 0:
+                b.hint[r] = _DRAFTER
 
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
         meta = self.meta
@@ -522,15 +534,17 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
     walking the table is the costly part. No entry's regex or anchor tells one digit from another (checked
     when the table is loaded; lines holding the anchor of one that could are remembered by their exact
     text without llama.cpp's timestamp prefix), so the masked text picks the same entry."""
-    for a in _DIGIT_SENSITIVE:
-        if a in line:
-            key: str | bytes = line
-            if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
-                key = line[pre.end() :]
-            break
-    else:  # masked as bytes: one C table lookup per byte (a regex substitution costs ten times more)
-        key = line.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+    # masked as bytes: one C table lookup per byte (a regex substitution costs ten times more)
+    key: str | bytes = line.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
     idx = _FIRST.get(key)
+    if idx is None and any(a in line for a in _DIGIT_SENSITIVE):
+        # those anchors hold no digit, so the masked text holds one exactly when the line does: remember it
+        _FIRST[key] = idx = _EXACT
+    if idx == _EXACT:
+        key = line
+        if line[:1].isdigit() and (pre := LLAMA_PREFIX.match(line)) is not None:
+            key = line[pre.end() :]
+        idx = _FIRST.get(key)
     if idx is not None:
         if idx < 0:
             return None
@@ -556,12 +570,17 @@ def _digit_sensitive(p: Pattern) -> bool:
 
 
 _FIRST: dict[str | bytes, int] = {}
+_EXACT = -2  # a masked text whose lines are looked up by their exact text
 _MASK_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # lines holding one of these anchors are remembered by their own text
 _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(p)}))
+if any(c.isdigit() or not c.isascii() for a in _DIGIT_SENSITIVE for c in a):
+    raise ImportError("a digit-sensitive anchor holds a digit: _first can no longer test it on the masked text")
 _PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
 _FLAGS = BY_NAME["flags"].regex
+_CANDIDATE = BY_NAME["draft_candidate"]
+_DRAFTER = CONTEXT_CODES["drafter"]
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
 _SEQ_POS, _SEQ_OPEN, _SEQ_CLOSE = BY_NAME["batch_seq_pos"], BY_NAME["batch_seq_open"], BY_NAME["batch_seq_close"]
