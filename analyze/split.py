@@ -4,9 +4,10 @@ A piece starts at an `init: input batch info:` line: the walker handles that lin
 before it (it closes any open failure and starts a new dump), so each piece can be read on its own. The
 little state that reaches across the cut (the last hint and sequence warning, the last KV-cache size) is
 rebuilt by reading a short stretch before the cut first, and checked against where the piece before
-ended: a piece whose start differs is read again with that state. A piece that adds to the meta (devices,
-model layout, contexts, flags: start-up lines, and the odd compute buffer re-reserved while serving) is
-read again from the meta of the pieces before it, since those lines read what came before. What is
+ended: a piece whose start differs is read again with that state. The lines that add to the meta (devices,
+model layout, contexts, flags: start-up lines, and the odd compute buffer re-reserved while serving) read
+what came before, so each piece keeps them and the merge replays them onto the meta of the pieces before
+it; no record depends on the meta, so a log with a start-up in every piece is still read once. What is
 numbered across the whole log (batches, batch-size signatures, batch buffers, requests) is renumbered in
 the merge, in the order the serial reader would have met it, so the tables come out exactly as `parse`
 makes them.
@@ -33,13 +34,6 @@ MIN_PIECE = 8 << 20  # below this a piece is not worth a process
 _BOUNDARY = b"input batch info:"
 # a cut line must take the walker's input-batch path and no other (the checks in Walker.feed come first)
 _NOT_ON_CUT = (b"ubatch_print:", b"find_slot: stream[", b": pos = [")
-# Meta that lines only add to and no line reads while the log is walked (`_draft_seen` is read only by the
-# context and device-layout lines, which change meta keys of their own): a piece that adds only these is
-# merged into the meta so far rather than read again. A real server names its speculative implementation
-# while serving (`called impl ...`), so without this nearly every piece of a server log was read twice.
-_MERGEABLE_META = ("spec_impls", "_draft_seen")
-
-
 @dataclass(slots=True)
 class Piece:
     start: int  # byte offset of the piece's first line
@@ -175,6 +169,8 @@ def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
         w.n_lines = piece.first_line
     if meta is not None:
         w.meta = meta
+    else:
+        w.meta_lines = []  # replayed onto the meta of the pieces before it in the merge
     start_state = carried(w)
     warnings = _feed(w, path, piece.start, piece.end)
     w.close()
@@ -205,38 +201,25 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
     if any(r.walker.first_abs_t is not None for r in results[1:]):
         return None
     out = results[0].walker
-    fresh = Walker().meta
+    out.meta_lines = None
     for k in range(1, len(results)):
         r = results[k]
-        # a piece read from a state other than where the piece before ended, or one that adds to the meta
-        # (whose lines read what came before: a device seen again, a buffer re-reserved, a context after
-        # the draft marker), is read again from the true state and the meta so far: rare, and exact
-        reread = r.start_state != results[k - 1].end_state or not _only_mergeable(r.walker.meta, fresh)
-        if reread:
+        # a piece read from a state other than where the piece before ended is read again from the true
+        # state and the meta so far (rare, and exact); else its meta lines, which read what came before (a
+        # device seen again, a buffer re-reserved, a context after the draft marker), are replayed onto the
+        # meta of the pieces before it: no record depends on the meta, so nothing else is read twice
+        if r.start_state != results[k - 1].end_state:
             r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(out.meta))
-        _merge_into(out, r.walker)
-        if reread:
+            _merge_into(out, r.walker)
             out.meta = r.walker.meta
         else:
-            _merge_meta(out.meta, r.walker.meta)
+            _merge_into(out, r.walker)
+            out.replay_meta(r.walker.meta_lines or [])
     for i, f in enumerate(out.failures):
         if i >= KEEP_LINES_FOR and f.keep_lines:
             f.keep_lines = False
             f.lines.clear()
     return out, [w for r in results for w in r.warnings]
-
-
-def _only_mergeable(meta: dict[str, Any], fresh: dict[str, Any]) -> bool:
-    """The piece's meta differs from a fresh walker's only in keys that merge exactly (_MERGEABLE_META)."""
-    keys = (set(meta) | set(fresh)) - set(_MERGEABLE_META)
-    return all(meta.get(k) == fresh.get(k) for k in keys)
-
-
-def _merge_meta(out: dict[str, Any], piece: dict[str, Any]) -> None:
-    """What a serial read would have: implementations in first-seen order, the draft marker once seen."""
-    out["spec_impls"].extend(i for i in piece.get("spec_impls", []) if i not in out["spec_impls"])
-    if piece.get("_draft_seen"):
-        out["_draft_seen"] = True
 
 
 def _merge_into(out: Walker, w: Walker) -> None:

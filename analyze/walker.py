@@ -63,6 +63,9 @@ class Walker:
         }
         self.n_lines = 0
         self.n_recognised = 0
+        # what changed the meta, in order, when asked for (analyze/split.py replays a piece's onto the meta
+        # of the pieces before it): no record depends on the meta, only the meta on what came before
+        self.meta_lines: list[tuple[str, str]] | None = None
         self.first_abs_t: float | None = None
         self._dump = _OUT
         self._fragment = False
@@ -334,6 +337,8 @@ class Walker:
             f.variant = p.extra.get("variant") or ("mrope_le" if op and "=" in op else "mrope_lt")
             if op:
                 self.meta["mrope"] = True
+                if self.meta_lines is not None:
+                    self.meta_lines.append((_MROPE, line))
             f.block_closed = True
             f.add_line(no, line)
             return True
@@ -418,6 +423,8 @@ class Walker:
             self._seq_hint = (no, int(g["seq"]))
         if p.kind == "draft_init":  # a draft context being made is speculative decoding, hint or not
             self.meta["_draft_seen"] = True
+            if self.meta_lines is not None:
+                self.meta_lines.append((p.name, line))
         if p.family == "hint" and p.kind in ("decode", "draft_start", "draft_init"):
             return
         if p.kind == "new_prompt":
@@ -455,7 +462,22 @@ class Walker:
             if b.hint[r] == 0:
                 b.hint[r] = _DRAFTER
 
+    def replay_meta(self, lines: list[tuple[str, str]]) -> None:
+        """Apply another walker's `meta_lines` to this walker's meta, as if its lines had come here."""
+        for name, line in lines:
+            if name == _MROPE:
+                self.meta["mrope"] = True
+                continue
+            p = BY_NAME[name]
+            m = p.regex.search(line)
+            if p.kind == "draft_init":
+                self.meta["_draft_seen"] = True
+            elif m is not None:
+                self._meta(p, m, line)
+
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:
+        if self.meta_lines is not None:
+            self.meta_lines.append((p.name, line))
         meta = self.meta
         g = {k: readable(v) for k, v in m.groupdict().items() if v is not None}
         kind = p.kind
@@ -580,6 +602,7 @@ _PREFIX_AT_START = LLAMA_PREFIX.match
 _FIELD = BY_NAME["batch_field"].regex
 _FLAGS = BY_NAME["flags"].regex
 _CANDIDATE = BY_NAME["draft_candidate"]
+_MROPE = "(m-rope)"  # a meta line that is not a table entry's: a closing line naming the M-RoPE check
 _DRAFTER = CONTEXT_CODES["drafter"]
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
