@@ -331,6 +331,11 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="draft", component="drafter"),
     _p("spec_gen_draft", "hint", "common_speculative_gen_draft", r"common_speculative_gen_draft:", kind="draft_start",
        component="drafter", builds="server 2024-2025: printed right before the draft context decodes"),
+    # the fork names no implementation line in some versions, but only DFlash checks its contract (F-15) or
+    # caps the drafter's context for --spec-type dflash (fork arg.cpp): either names the type. Before dflash_kv,
+    # which would take the contract line's key=value body as an event.
+    _p("dflash_named", "meta", "dflash: ", r"(?P<impl>dflash): (?:contract ok:|setting -cd to )", kind="spec_impl",
+       builds="beellama.cpp v0.3 (F-15, arg.cpp)"),
     # ---- DFlash key=value lines, generically (after the specific ones above)
     _p("dflash_kv", "event", "=", r"(?P<tag>DFLASH_DBG [\w ]+?|dflash[\w ]*?|ddtree[\w ]*?):? (?P<body>\S+=.*)",
        kind="dflash", component="drafter", builds="beellama.cpp v0.2-v0.3"),

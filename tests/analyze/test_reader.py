@@ -100,3 +100,16 @@ def test_stream_parser_snapshot_is_not_destructive() -> None:
     assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}
     for name in ("batches", "kv", "errors", "events"):
         pd.testing.assert_frame_equal(getattr(r, name), getattr(whole, name))
+
+
+def test_a_fork_dflash_log_names_its_speculative_type() -> None:
+    """beellama prints no implementation line in some versions; its DFlash contract line (F-15) and the
+    drafter-context cap it sets for --spec-type dflash (fork arg.cpp) name the type."""
+    contract = ("1.16.873.701 I dflash: contract ok: block_size=16 mask_token=248070 target_layer_ids=[1,16,31,46,61] "
+                "n_target_layers=5 n_embd=5120 n_target_features=25600 target_layers=64 cross_ctx=1024\n")
+    cap = "0.00.035.194 I dflash: setting -cd to 256 (drafter doesn't need the full main ctx; pass -cd N to override)\n"
+    for text in (contract, cap):
+        r = analyze.parse(text.encode())
+        assert (r.meta["spec_type"], r.meta["drafter_kv"]) == ("dflash", "mirror")
+        assert r.events.empty  # the contract's key=value body is not taken as a DFlash debug event
+    assert analyze.parse(ROOT / "samples" / "healthy").meta["spec_type"] == "dflash"  # the engine's fork flavour
