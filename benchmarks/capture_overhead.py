@@ -6,7 +6,7 @@ spot when `make server` has built one, else the corpus's bug-report logs. Each c
 times (median kept):
 
 - plain:    CMD > file                         (the child alone, output to a file)
-- wrapped:  kvtrace capture run --quiet -- CMD (pipe, raw.log, chunk times, live parsing)
+- wrapped:  kvtrace capture run --quiet -- CMD (the child writes raw.log; chunk times, live parsing)
 - start-up: kvtrace capture run --quiet -- true (the tool's fixed cost, measured apart)
 
 Printed: wall and CPU seconds of each, the child's own wall time (it times itself, so this is what the

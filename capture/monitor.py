@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from capture.process import die_with_parent
 from capture.sink import write_all
 
 _CLEAR = b"\r\x1b[K"
@@ -138,16 +139,27 @@ def triage_text(window: bytes, name: str) -> str:
     return "\n".join(lines)
 
 
-def follow(raw_path: Path, start: int, interval_s: float) -> None:
-    """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
-    raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
-    ends (`end N`); stdin closing without that means the wrapper is gone."""
-    # The program being captured always comes first: parse only on a core nothing else wants.
+def _idle_child() -> None:
+    """Before the live parse's interpreter starts: it dies with the wrapper, and even its start-up (the
+    reader's imports) runs only on a core nothing else wants. Imports nothing: it runs between fork and exec."""
+    die_with_parent()
+    _to_idle()
+
+
+def _to_idle() -> None:
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         with contextlib.suppress(OSError):
             os.nice(19)
+
+
+def follow(raw_path: Path, start: int, interval_s: float) -> None:
+    """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
+    raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
+    ends (`end N`); stdin closing without that means the wrapper is gone."""
+    # The program being captured always comes first: parse only on a core nothing else wants.
+    _to_idle()
     from analyze import StreamParser
 
     parser = StreamParser()
@@ -233,15 +245,13 @@ class LiveParse:
         self._reader: threading.Thread | None = None
 
     def start(self) -> None:
-        from capture.process import die_with_parent
-
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "capture.monitor", str(self.raw_path), str(self.start_offset),
              str(self.interval_s)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=die_with_parent,
+            preexec_fn=_idle_child,
         )
         self._reader = threading.Thread(target=self._read, name="kvtrace-live", daemon=True)
         self._reader.start()

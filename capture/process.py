@@ -1,5 +1,5 @@
-"""The wrapped program: started with stdout and stderr merged into one pipe (one pipe keeps the order the
-program wrote in), read in large chunks, and stopped politely, then firmly.
+"""The wrapped program: started with stdout and stderr merged into one descriptor (one keeps the order the
+program wrote in): raw.log itself, or a pipe read in large chunks; and stopped politely, then firmly.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class StopPlan:
 
 
 class Child:
-    """A program run in its own process group, its output on one pipe."""
+    """A program run in its own process group, its output on one descriptor (raw.log, or a pipe)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> None:
         self.argv = list(argv)
@@ -112,12 +112,13 @@ class Child:
         self.signals_sent: list[str] = []
         self.started_at = 0.0
 
-    def start(self) -> int:
-        """Start the program; return the read end of its output pipe. Raises OSError if it cannot start."""
+    def start(self, output: int | None = None) -> int | None:
+        """Start the program; return the read end of its output pipe, or None when `output` (raw.log, open
+        for appending) is where it writes itself. Raises OSError if it cannot start."""
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if output is None else output,
             stderr=subprocess.STDOUT,
             env=self.env,
             cwd=self.cwd,
@@ -128,10 +129,34 @@ class Child:
             bufsize=0,
         )
         self.started_at = time.time()
+        if output is not None:
+            return None
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         enlarge_pipe(fd)
         return fd
+
+    def exit_fd(self) -> int | None:
+        """A descriptor that becomes readable when the program exits (Linux pidfd), so a watcher wakes at
+        once; None where there is none (then poll), or when it has exited and been reaped already."""
+        if self.proc is None or not hasattr(os, "pidfd_open"):
+            return None
+        try:
+            return os.pidfd_open(self.proc.pid)
+        except OSError:
+            return None
+
+    def group_alive(self) -> bool:
+        """Whether anything is left in the program's process group (itself, or helpers it started)."""
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     @property
     def pid(self) -> int | None:

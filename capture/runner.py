@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -84,8 +85,45 @@ class FdSource:
         return read_fd(self.fd, stop)
 
 
-def child_source(fd: int) -> Source:
-    return FdSource(fd)
+@dataclass(slots=True)
+class ProgramOutput:
+    """The program writes raw.log itself (its stdout and stderr are the file, opened for appending): no pipe
+    between it and the disk, so a program that logs in bursts runs as fast as with `CMD > file`. The pump
+    only watches the file grow, for the arrival times and the echo. `start`: where raw.log ended before."""
+
+    start: int
+
+    def __call__(self, stop: threading.Event) -> Iterator[bytes]:
+        return iter(())  # nothing to read: see _watch_program
+
+
+def _watch_program(sink: RawSink, child: Child, stop: threading.Event, eof: threading.Event,
+                   poll_s: float = 0.02) -> None:
+    """Note raw.log's growth every `poll_s` until the capture stops. The output has ended (`eof`, as a pipe's
+    end would say) once the program has exited and no helper it left in its process group is still there
+    to write; the stop rules bound how long helpers are waited for."""
+    exit_fd = child.exit_fd()
+    poller = select.poll()
+    if exit_fd is not None:
+        poller.register(exit_fd, select.POLLIN)
+    exited = False
+    try:
+        while not stop.is_set():
+            if exited:
+                stop.wait(poll_s)
+            elif exit_fd is not None:
+                exited = bool(poller.poll(int(poll_s * 1000)))
+            else:
+                exited = child.wait(poll_s) is not None
+            if exited and not eof.is_set():
+                child.poll()  # reaped: only helpers keep its process group alive now
+                if not child.group_alive():
+                    eof.set()
+            sink.caught_up()
+        sink.caught_up()
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
 
 
 def _wait_for_stop(
@@ -130,6 +168,9 @@ def _wait_for_stop(
 
 def _preload_pandas() -> None:
     with contextlib.suppress(Exception):
+        # behind the program: on Linux a thread can lower its own priority alone
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    with contextlib.suppress(Exception):
         import pandas  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
@@ -145,7 +186,8 @@ def run_capture(
     live: bool = True,
 ) -> Outcome:
     """Capture until a stop rule fires; the manifest records why it stopped and how the program ended."""
-    sink = RawSink(session.raw_log, echo=terminal.echo if terminal.echo_enabled else None)
+    sink = RawSink(session.raw_log, echo=terminal.echo if terminal.echo_enabled else None,
+                   start=source.start if isinstance(source, ProgramOutput) else None)
     start_offset = sink.bytes_written
     # kvtrace_pid: a live view (kvtrace dashboard --follow) tells a killed capture from a running one.
     session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset, "kvtrace_pid": os.getpid()})
@@ -155,6 +197,10 @@ def run_capture(
 
     def pump() -> None:
         try:
+            if isinstance(source, ProgramOutput):
+                if child is not None:
+                    _watch_program(sink, child, stop_pump, eof)
+                return
             spliced = isinstance(source, FdSource) and not sink.echoing
             if spliced and isinstance(source, FdSource) and splice_fd(source.fd, sink.splice_from, stop_pump):
                 return

@@ -30,11 +30,14 @@ class RawSink:
     Single writer (the pump thread); `bytes_written` may be read from any thread.
     """
 
-    def __init__(self, path: Path, *, echo: Callable[[bytes], None] | None = None) -> None:
+    def __init__(self, path: Path, *, echo: Callable[[bytes], None] | None = None, start: int | None = None) -> None:
         self.path = Path(path)
-        # Not O_APPEND: splice(2) refuses append-mode files. Only this sink writes the file.
+        # Not O_APPEND: splice(2) refuses append-mode files. Only this sink writes the file, or only the
+        # program does (`start`: where raw.log ended when the program was given it; see `caught_up`).
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        self.bytes_written = os.lseek(self._fd, 0, os.SEEK_END)
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        self.bytes_written = end if start is None else start
+        self._read_fd = -1
         self._echo = echo
         self.first_offset = self.bytes_written
         self.journal = self.path.with_name(CHUNKS_JOURNAL)
@@ -72,6 +75,34 @@ class RawSink:
                 self.bytes_written += n
         return n
 
+    def caught_up(self) -> int:
+        """When the program writes raw.log itself: note what it added since the last call (its arrival time
+        is now) and echo it. Returns the count of new bytes."""
+        with self._lock:
+            if self._fd < 0:
+                return 0
+            size = os.fstat(self._fd).st_size
+            start = self.bytes_written
+            if size <= start:
+                return 0
+            write_all(self._journal_fd, JOURNAL_RECORD.pack(time.time(), start, size - start))
+            self.bytes_written = size
+        if self._echo is not None and not self.echo_failed:
+            if self._read_fd < 0:
+                self._read_fd = os.open(self.path, os.O_RDONLY)
+            at = start
+            while at < size:
+                try:
+                    data = os.pread(self._read_fd, min(size - at, 1 << 20), at)
+                    if not data:
+                        break
+                    at += len(data)
+                    self._echo(data)
+                except OSError:  # a closed terminal must not stop the capture itself
+                    self.echo_failed = True
+                    break
+        return size - start
+
     @property
     def echoing(self) -> bool:
         return self._echo is not None
@@ -84,6 +115,8 @@ class RawSink:
             # `CMD > file` does; forcing 200 MB to disk at the end cost the run 0.2 s for nothing more.
             os.close(self._fd)
             os.close(self._journal_fd)
+            if self._read_fd >= 0:
+                os.close(self._read_fd)
             self._fd = -1
         if chunks_path is not None:
             tmp = Path(str(chunks_path) + ".tmp")

@@ -23,7 +23,7 @@ from capture.llamaswap import SwapModel
 from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
-from capture.runner import EXIT_USAGE, Outcome, Source, StopRules, child_source, run_capture
+from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, Source, StopRules, run_capture
 from capture.session import REQUESTS, Session, is_session, new_session
 
 _OFF = {"0", "off", "no", "false", ""}
@@ -217,11 +217,16 @@ def run_wrapped(
     session.write_manifest(manifest)
 
     child = Child(prep.argv, prep.env)
+    # the program writes raw.log itself: a pipe in between cost a program logging in bursts 3x its own time
+    out_fd = os.open(session.raw_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    start = os.fstat(out_fd).st_size
     try:
-        fd = child.start()
+        child.start(output=out_fd)
     except OSError as exc:
         session.write_manifest({"error": f"could not start: {exc}", "exit_code": EXIT_USAGE})
         raise UsageError(f"could not start {argv[0]}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(out_fd)  # the program holds its own copies
     session.write_manifest({"program": {"pid": child.pid}})
     terminal = _terminal(opts)
     pinger = None
@@ -229,7 +234,7 @@ def run_wrapped(
         pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
     outcome = run_capture(
         session,
-        child_source(fd),
+        ProgramOutput(start),
         terminal=terminal,
         rules=_rules(opts, opts.keep_running),
         child=child,

@@ -84,6 +84,28 @@ def test_burst_of_a_million_lines_is_byte_exact(tmp_path: Path, py: str) -> None
     assert m["bytes"] == len(raw)
 
 
+def test_the_program_writes_raw_log_itself_and_helpers_after_it_are_kept(tmp_path: Path, py: str) -> None:
+    """No pipe between the program and the disk (a burst runs at `CMD > file` speed); stdout and stderr are
+    raw.log, one file position, so their order is the order written. A helper the program leaves behind
+    writes on after it exits: the capture waits for it (as it would for a pipe's last writer)."""
+    child = write_script(tmp_path / "where.py", """
+        import os, subprocess, sys, time
+        os.write(1, (os.readlink("/proc/self/fd/1") + "\\n").encode())
+        os.write(2, (os.readlink("/proc/self/fd/2") + "\\n").encode())
+        subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(0.2); os.write(2, b'helper\\\\n')"])
+    """)
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--quiet", "--out", str(out), "--", py, str(child), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    raw = (out / "raw.log").read_bytes()
+    lines = raw.decode().splitlines()
+    assert lines == [str((out / "raw.log").resolve())] * 2 + ["helper"]
+    m = manifest(out)
+    assert m["bytes"] == len(raw) and m["program"]["returncode"] == 0
+    chunks = load_chunks(out)
+    assert int(chunks["nbytes"].sum()) == len(raw)
+
+
 def test_crash_mid_line_keeps_the_partial_line(tmp_path: Path, py: str) -> None:
     child = write_script(
         tmp_path / "crash.py",
