@@ -56,8 +56,8 @@ def readable(text: str) -> str:
 
 def clean_chunk(text: str) -> str:
     """Drop carriage returns and ANSI colour codes without changing the number of lines."""
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "")
+    if "\r" in text:  # CRLF becomes LF and a lone CR goes: every CR goes, in one pass over the chunk
+        text = text.replace("\r", "")
     if "\x1b" in text:
         text = ANSI.sub("", text)
     return text
