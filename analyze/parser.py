@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,17 @@ import pandas as pd
 
 from analyze.normalize import clean_chunk, decode
 from analyze.records import CONTEXT_NAMES, NA
-from analyze.source import GzipReader, InputError, Source, iter_chunks, open_source, resolve_path, split_lines
+from analyze.source import (
+    CHUNK,
+    GzipReader,
+    InputError,
+    Opened,
+    Source,
+    iter_chunks,
+    open_source,
+    resolve_path,
+    split_lines,
+)
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
@@ -131,15 +143,21 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
           piece_bytes: int | None = None) -> ParseResult:
     """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file.
 
-    `jobs` > 1 reads a big plain log file on that many processes (analyze/split.py), with the same tables
-    as a serial read; `piece_bytes` forces its pieces' size (tests cut small logs into many pieces)."""
+    `jobs` > 1 reads a big log file on that many processes (analyze/split.py; a .gz is unpacked to a
+    temporary file first), with the same tables as a serial read; `piece_bytes` forces its pieces' size
+    (tests cut small logs into many pieces)."""
     opened = open_source(source, name)
-    if (jobs > 1 or piece_bytes) and isinstance(source, str | os.PathLike) and str(source) != "-" and \
-            not isinstance(opened.stream, GzipReader):
+    if (jobs > 1 or piece_bytes) and isinstance(source, str | os.PathLike) and str(source) != "-":
         from analyze.split import split_walk
 
-        opened.stream.close()
-        split = split_walk(resolve_path(source), jobs, piece_bytes)
+        with contextlib.ExitStack() as stack:
+            if isinstance(opened.stream, GzipReader):
+                plain = stack.enter_context(tempfile.TemporaryDirectory(prefix="kvtrace-")) + "/unpacked.log"
+                _unpack(opened, plain)
+            else:
+                opened.stream.close()
+                plain = str(resolve_path(source))
+            split = split_walk(Path(plain), jobs, piece_bytes)
         if split is not None:
             walker, warnings = split
             _manifest_flags(source, walker)
@@ -174,6 +192,18 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     _manifest_flags(source, walker)
     size = opened.size if opened.size is not None else n_bytes
     return _result(walker, opened.name, size, opened.warnings)
+
+
+def _unpack(opened: Opened, path: str) -> None:
+    """A .gz's bytes into a plain file the split parse can cut (what GzipReader reads, warnings and all)."""
+    try:
+        with open(path, "wb") as out:
+            while data := opened.stream.read(CHUNK):
+                out.write(data)
+    except OSError as exc:
+        raise InputError(f"{opened.name}: cannot unpack it to read it in pieces ({exc.strerror or exc})") from None
+    finally:
+        opened.stream.close()
 
 
 def _manifest_flags(source: Source, walker: Walker) -> None:

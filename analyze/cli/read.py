@@ -28,7 +28,8 @@ if TYPE_CHECKING:
               help="Folder for the tables (default: the session folder, or LOGNAME-tables/).")
 @json_option
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Read one big plain log on N processes (cut at input-batch dumps; the same tables).")
+              help="Read one big log on N processes (cut at input-batch dumps; a .gz is unpacked first; "
+                   "the same tables).")
 @progress_option
 def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, jobs: int,
                   progress: bool | None) -> None:

@@ -102,7 +102,7 @@ def _child(path: str, out: str) -> int:
 
     parent = os.getppid()
     try:
-        # every core: the split parse reads a big plain log in pieces (a small one or a .gz is read serially)
+        # every core: the split parse reads a big log in pieces (a .gz unpacked first; a small one serially)
         got: Parsed = (parse(path, jobs=os.cpu_count() or 1), None)
     except InputError as exc:
         got = (None, str(exc))

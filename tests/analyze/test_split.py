@@ -107,9 +107,23 @@ def test_on_processes(server_log: Path, other_thread: bool) -> None:
             thread.join()
 
 
-def test_gzip_and_small_logs_read_serially(tmp_path: Path) -> None:
-    # a .gz cannot be cut without unpacking it: read serially, the same result
-    assert_same(analyze.parse(SERVER), analyze.parse(SERVER, jobs=4))
+def test_a_gzip_log_is_unpacked_and_read_in_pieces_and_a_small_one_serially(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import analyze.split as split
+
+    cut: list[Path] = []
+    split_walk_ = split.split_walk
+    monkeypatch.setattr(split, "split_walk", lambda path, *a: cut.append(path) or split_walk_(path, *a))
+    got = analyze.parse(SERVER, piece_bytes=25_000)
+    assert_same(analyze.parse(SERVER), got)
+    assert got.source == str(SERVER) and cut and cut[0].name == "unpacked.log"
+    assert not cut[0].exists()  # the unpacked copy is gone
+    # a truncated .gz: what it held, in pieces, with the reader's warning kept
+    short = tmp_path / "cut.log.gz"
+    short.write_bytes(SERVER.read_bytes()[: SERVER.stat().st_size // 2])
+    serial, pieces = analyze.parse(short), analyze.parse(short, piece_bytes=25_000)
+    assert_same(serial, pieces)
+    assert pieces.warnings == serial.warnings and "ends early" in pieces.warnings[0]
     small = ROOT / "samples" / "healthy" / "raw.log"
     assert_same(analyze.parse(small), analyze.parse(small, jobs=4))
 
