@@ -152,12 +152,12 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
 
         with contextlib.ExitStack() as stack:
             if isinstance(opened.stream, GzipReader):
-                plain = stack.enter_context(tempfile.TemporaryDirectory(prefix="kvtrace-")) + "/unpacked.log"
+                plain = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvtrace-"))) / "unpacked.log"
                 _unpack(opened, plain)
             else:
                 opened.stream.close()
-                plain = str(resolve_path(source))
-            split = split_walk(Path(plain), jobs, piece_bytes)
+                plain = resolve_path(source)
+            split = split_walk(plain, jobs, piece_bytes)
         if split is not None:
             walker, warnings = split
             _manifest_flags(source, walker)
@@ -194,7 +194,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     return _result(walker, opened.name, size, opened.warnings)
 
 
-def _unpack(opened: Opened, path: str) -> None:
+def _unpack(opened: Opened, path: Path) -> None:
     """A .gz's bytes into a plain file the split parse can cut (what GzipReader reads, warnings and all)."""
     try:
         with open(path, "wb") as out:

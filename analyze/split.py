@@ -210,11 +210,11 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
         # meta of the pieces before it: no record depends on the meta, so nothing else is read twice
         if r.start_state != results[k - 1].end_state:
             r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(out.meta))
-            _merge_into(out, r.walker)
+        _merge_into(out, r.walker)
+        if r.walker.meta_lines is None:  # read again from the meta so far: its meta is the whole answer
             out.meta = r.walker.meta
         else:
-            _merge_into(out, r.walker)
-            out.replay_meta(r.walker.meta_lines or [])
+            out.replay_meta(r.walker.meta_lines)
     for i, f in enumerate(out.failures):
         if i >= KEEP_LINES_FOR and f.keep_lines:
             f.keep_lines = False

@@ -136,7 +136,8 @@ class Walker:
                     self._batch(hot.kind, m, no, line)
                 in_input = self._dump == _INPUT
                 continue
-            if "draft candidate" in line and (hit := _first(line)) is not None and hit[0] is _CANDIDATE:
+            hit = _first(line)
+            if hit is not None and hit[0] is _CANDIDATE:
                 # a draft candidate, about one line in six of a server log: the drafter hint, without the
                 # general dispatch it would take to get there (see _dispatch and _event)
                 self.n_recognised += 1
@@ -145,19 +146,18 @@ class Walker:
                 self._hint = (no, _CANDIDATE.component, line)
                 self._mark_drafter()
                 continue
-            if not self._match(line, no) and "&" in line and (text := unescape(line)) != line:
-                self._match(text, no)  # an HTML-escaped paste: once more on the unescaped text
+            if not self._match(line, no, hit) and "&" in line and (text := unescape(line)) != line:
+                self._match(text, no, _first(text))  # an HTML-escaped paste: once more on the unescaped text
             in_input = self._dump == _INPUT
         self.n_lines = no
         self._fragment = fragment
 
-    def _match(self, line: str, no: int) -> bool:
-        """The first table entry that matches; then the rest of the line, where one message ends without
-        a newline and the next is glued on (a paste that lost its line breaks, the fork's unterminated
-        warnings). Only failure-side lines are rescanned, so the hot path never pays for it."""
+    def _match(self, line: str, no: int, hit: tuple[Pattern, re.Match[str]] | None) -> bool:
+        """`hit` (the line's first table entry, `_first`) dispatched; then the rest of the line, where one
+        message ends without a newline and the next is glued on (a paste that lost its line breaks, the
+        fork's unterminated warnings). Only failure-side lines are rescanned, so the hot path never pays."""
         found = False
         for _ in range(8):
-            hit = _first(line)
             if hit is None:
                 return found
             found = True
@@ -170,6 +170,7 @@ class Walker:
             if len(rest) < 16:
                 return True
             line = rest
+            hit = _first(line)
         return found
 
     def close(self) -> None:
@@ -469,10 +470,9 @@ class Walker:
                 self.meta["mrope"] = True
                 continue
             p = BY_NAME[name]
-            m = p.regex.search(line)
             if p.kind == "draft_init":
                 self.meta["_draft_seen"] = True
-            elif m is not None:
+            elif (m := p.regex.search(line)) is not None:
                 self._meta(p, m, line)
 
     def _meta(self, p: Pattern, m: re.Match[str], line: str) -> None:

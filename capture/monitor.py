@@ -143,10 +143,6 @@ def _idle_child() -> None:
     """Before the live parse's interpreter starts: it dies with the wrapper, and even its start-up (the
     reader's imports) runs only on a core nothing else wants. Imports nothing: it runs between fork and exec."""
     die_with_parent()
-    _to_idle()
-
-
-def _to_idle() -> None:
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
@@ -158,8 +154,7 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
     """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
     raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
     ends (`end N`); stdin closing without that means the wrapper is gone."""
-    # The program being captured always comes first: parse only on a core nothing else wants.
-    _to_idle()
+    # The program being captured always comes first: LiveParse starts this in the idle class (_idle_child).
     from analyze import StreamParser
 
     parser = StreamParser()

@@ -1,5 +1,6 @@
-"""The wrapped program: started with stdout and stderr merged into one descriptor (one keeps the order the
-program wrote in): raw.log itself, or a pipe read in large chunks; and stopped politely, then firmly.
+"""The wrapped program, started with stdout and stderr merged into raw.log itself (one file position keeps
+the order the program wrote in) and stopped politely, then firmly; and reading a pipe (stdin attach) in
+large chunks, or splicing it into raw.log.
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import os
 import select
 import signal
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 READ_SIZE = 1 << 20
-_F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe lets a log burst land without blocking the writer
 _PR_SET_PDEATHSIG = 1
 
 
@@ -29,11 +28,6 @@ def die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-
-
-def enlarge_pipe(fd: int, size: int = READ_SIZE) -> None:
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
 
 
 def _ready(fd: int, stop: threading.Event, poll_s: float) -> Iterator[None]:
@@ -102,7 +96,7 @@ class StopPlan:
 
 
 class Child:
-    """A program run in its own process group, its output on one descriptor (raw.log, or a pipe)."""
+    """A program run in its own process group, its output in raw.log."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> None:
         self.argv = list(argv)
@@ -112,13 +106,14 @@ class Child:
         self.signals_sent: list[str] = []
         self.started_at = 0.0
 
-    def start(self, output: int | None = None) -> int | None:
-        """Start the program; return the read end of its output pipe, or None when `output` (raw.log, open
-        for appending) is where it writes itself. Raises OSError if it cannot start."""
+    def start(self, output: int) -> None:
+        """Start the program writing its stdout and stderr to `output` (raw.log, open for appending): no pipe
+        between it and the disk, so a burst costs it no more than `CMD > file`. Raises OSError if it cannot
+        start."""
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if output is None else output,
+            stdout=output,
             stderr=subprocess.STDOUT,
             env=self.env,
             cwd=self.cwd,
@@ -129,12 +124,6 @@ class Child:
             bufsize=0,
         )
         self.started_at = time.time()
-        if output is not None:
-            return None
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        enlarge_pipe(fd)
-        return fd
 
     def exit_fd(self) -> int | None:
         """A descriptor that becomes readable when the program exits (Linux pidfd), so a watcher wakes at
@@ -206,10 +195,6 @@ class Child:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 def probe(argv: Sequence[str], env: Mapping[str, str], *, timeout_s: float = 30.0) -> str | None:

@@ -87,14 +87,11 @@ class FdSource:
 
 @dataclass(slots=True)
 class ProgramOutput:
-    """The program writes raw.log itself (its stdout and stderr are the file, opened for appending): no pipe
-    between it and the disk, so a program that logs in bursts runs as fast as with `CMD > file`. The pump
-    only watches the file grow, for the arrival times and the echo. `start`: where raw.log ended before."""
+    """The program writes raw.log itself (Child.start): the pump only watches the file grow, for the arrival
+    times and the echo. `start`: where raw.log ended before the program was given it."""
 
+    child: Child
     start: int
-
-    def __call__(self, stop: threading.Event) -> Iterator[bytes]:
-        return iter(())  # nothing to read: see _watch_program
 
 
 def _watch_program(sink: RawSink, child: Child, stop: threading.Event, eof: threading.Event,
@@ -177,7 +174,7 @@ def _preload_pandas() -> None:
 
 def run_capture(
     session: Session,
-    source: Source,
+    source: Source | ProgramOutput,
     *,
     terminal: Terminal,
     rules: StopRules,
@@ -198,8 +195,7 @@ def run_capture(
     def pump() -> None:
         try:
             if isinstance(source, ProgramOutput):
-                if child is not None:
-                    _watch_program(sink, child, stop_pump, eof)
+                _watch_program(sink, source.child, stop_pump, eof)
                 return
             spliced = isinstance(source, FdSource) and not sink.echoing
             if spliced and isinstance(source, FdSource) and splice_fd(source.fd, sink.splice_from, stop_pump):
@@ -238,8 +234,6 @@ def run_capture(
             returncode = child.stop(rules.plan, firm=len(sigs.received) >= 2)
         stop_pump.set()
         pump_thread.join(rules.drain_s + 5)
-        if child is not None:
-            child.close()
         if pinger is not None:
             pinger.join(5)
 

@@ -234,7 +234,7 @@ def run_wrapped(
         pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
     outcome = run_capture(
         session,
-        ProgramOutput(start),
+        ProgramOutput(child, start),
         terminal=terminal,
         rules=_rules(opts, opts.keep_running),
         child=child,
