@@ -13,7 +13,7 @@ PY313 ?= $(shell command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare 
 
 .PHONY: setup demo test lint bench samples server browser core-smoke clean scenarios
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml analyze/_skim.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[engine,test]'

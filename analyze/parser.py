@@ -25,7 +25,6 @@ from analyze.source import (
     iter_chunks,
     open_source,
     resolve_path,
-    split_lines,
 )
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
@@ -63,7 +62,6 @@ class StreamParser:
     def __init__(self, name: str = "<stream>") -> None:
         self.name = name
         self.walker = Walker()
-        self._pending: list[str] = []
         self._carry = b""
         self.n_bytes = 0
         self.warnings: list[str] = []
@@ -79,7 +77,8 @@ class StreamParser:
         self.feed_text(decode(data[: cut + 1]))
 
     def feed_text(self, text: str) -> None:
-        self.walker.feed(split_lines(clean_chunk(text), self._pending))
+        """Whole lines of text (what `feed` cut at a line break)."""
+        self.walker.feed_text(clean_chunk(text))
 
     def stats(self) -> dict[str, Any]:
         """Running counts for a status line. Contexts here are provisional (largest cache = target)."""
@@ -127,8 +126,6 @@ class StreamParser:
         if self._carry:
             self.feed_text(decode(self._carry) + "\n")
             self._carry = b""
-        if self._pending:
-            self.walker.feed([self._pending.pop()])
         self.walker.close()
         return _result(self.walker, self.name, self.n_bytes, self.warnings)
 
@@ -164,7 +161,6 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
             return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings)
         opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
     walker = Walker()
-    pending: list[str] = []
     bar = None
     if progress and (opened.size is None or opened.size > 32 << 20):
         from tqdm import tqdm
@@ -173,14 +169,12 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
                    leave=False)
     n_bytes = 0
     try:
-        for text in iter_chunks(opened):
-            walker.feed(split_lines(text, pending))
+        for text in iter_chunks(opened):  # chunks end on a line break, all but the log's last
+            walker.feed_text(text)
             if bar is not None:
                 pos = opened.raw.tell() if hasattr(opened.raw, "tell") else 0
                 bar.update(pos - bar.n)
             n_bytes += len(text)
-        if pending:
-            walker.feed(pending)
     except MemoryError:
         raise InputError(f"{opened.name}: out of memory while reading") from None
     finally:

@@ -242,7 +242,8 @@ PATTERNS: tuple[Pattern, ...] = (
        r"Failed to predict at token position (?P<pos>\d+)", builds="koboldcpp (after its llama_decode fails)"),
     _p("model_load_exit", "follow", "exiting due to model loading error", r"exiting due to model loading error"),
     _p("goroutine", "follow", "goroutine", r"^goroutine (?P<n>\d+) \[running\]"),
-    _p("frame", "follow", "#", r"^\s*#(?P<n>\d+)\s+(?:0x[0-9a-f]+ in )?(?P<fn>[\w:~<>]+)"),
+    # the address class holds no lone digit, so the walker can remember frames by their masked text
+    _p("frame", "follow", "#", r"^\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)"),
     # ---- resets (§2.1, §5, §6)
     _p("dflash_clear_stale", "event", "clearing stale drafter KV",
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "

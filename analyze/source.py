@@ -155,14 +155,3 @@ def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
         overlong = len(tail) > MAX_LINE
     if carry:
         yield clean_chunk(decode(carry))
-
-
-def split_lines(text: str, pending: list[str]) -> list[str]:
-    """Whole lines of `text`, with `pending` holding a trailing partial line between calls."""
-    lines = text.split("\n")
-    if pending:
-        lines[0] = pending.pop() + lines[0]
-    last = lines.pop()
-    if last:
-        pending.append(last)
-    return lines

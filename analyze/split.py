@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from analyze.records import KEEP_LINES_FOR, NA
-from analyze.source import Opened, iter_chunks, split_lines
+from analyze.source import Opened, iter_chunks
 from analyze.walker import Walker
 
 WARM_BYTES = 64 << 10  # read before a cut to rebuild the hint state (hints reach back 12 lines at most)
@@ -120,12 +120,9 @@ class _Range:
 def _feed(w: Walker, path: Path, start: int, end: int) -> list[str]:
     stream = _Range(path, start, end)
     opened = Opened(stream, str(path), end - start, stream)  # type: ignore[arg-type]
-    pending: list[str] = []
     try:
         for text in iter_chunks(opened):
-            w.feed(split_lines(text, pending))
-        if pending:
-            w.feed(pending)
+            w.feed_text(text)
     finally:
         stream.close()
     return opened.warnings

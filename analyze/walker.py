@@ -28,6 +28,11 @@ from analyze.records import (
     int_or_none,
 )
 
+try:
+    from analyze import _skim  # the hot lines in C (analyze/_skim.c); absent where it could not be built
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _skim = None  # type: ignore[assignment]
+
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
 _SLOT = re.compile(r": id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")  # a slot line's `id N | task M |`
 _NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
@@ -44,9 +49,15 @@ def _int(v: str | None) -> int | None:
 
 def _int_or_na(v: str | None) -> int:
     try:
-        return int(v)  # type: ignore[arg-type]
+        return _i64(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return NA
+
+
+def _i64(v: str) -> int:
+    """A number for a column: NA where it does not fit in 64 bits (a garbled line, not a position)."""
+    n = int(v)
+    return n if -(2**63) < n < 2**63 else NA
 
 
 class Walker:
@@ -87,6 +98,28 @@ class Walker:
         self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
 
     # ------------------------------------------------------------------ the hot loop
+    def feed_text(self, text: str) -> None:
+        """The lines of `text`, read by `decode` (a line break at its end ends the last line; the last
+        line may have none, at the end of a log).
+
+        Where the C accelerator is built, it reads the lines it knows and hands the others to `feed` one at
+        a time; `feed` is the definition of what every line does, and the tests hold the two to it."""
+        n = len(text)
+        pos = 0 if _skim is None else _skim.skim(self, text, 0)
+        if pos < 0 or _skim is None:
+            lines = text.split("\n")
+            if not lines[-1]:
+                lines.pop()
+            self.feed(lines)
+            return
+        skim, feed, find = _skim.skim, self.feed, text.find
+        while pos < n:
+            end = find("\n", pos)
+            if end < 0:
+                end = n
+            feed([text[pos:end]])
+            pos = skim(self, text, end + 1) if end < n else n
+
     def feed(self, lines: list[str]) -> None:
         no = self.n_lines
         in_input = self._dump == _INPUT
@@ -235,7 +268,7 @@ class Walker:
                 self._dump = _SEQS
         elif kind == "seq_pos":
             if self._dump == _SEQS:
-                self._seqs.append((int(m["seq"]), int(m["pos_min"]), int(m["pos_max"])))
+                self._seqs.append((_i64(m["seq"]), _i64(m["pos_min"]), _i64(m["pos_max"])))
         elif kind == "seq_close" and self._dump == _SEQS:
             self._flush_input()
             self._dump = _OUT
@@ -298,7 +331,7 @@ class Walker:
         if self._dump in (_INPUT, _SEQS):
             self._flush_input()
         if kind == "stream":
-            self._kv_size = int(m["size"])
+            self._kv_size = _i64(m["size"])
             self._cur_sizes.add(self._kv_size)
             self._cur_found_slot = True
             return
@@ -307,10 +340,10 @@ class Walker:
         # find_slot runs microseconds after its batch's dump: reuse that time rather than parse it again
         kv.t.append(self._batch_t if self._cur_rows else self._time(line)[0])
         kv.cache_size.append(self._kv_size)
-        kv.stream.append(int(m["stream"]))
-        kv.seq_id.append(int(m["seq"]))
-        kv.pos_min.append(int(m["pos_min"]))
-        kv.pos_max.append(int(m["pos_max"]))
+        kv.stream.append(_i64(m["stream"]))
+        kv.seq_id.append(_i64(m["seq"]))
+        kv.pos_min.append(_i64(m["pos_min"]))
+        kv.pos_max.append(_i64(m["pos_max"]))
 
     # ------------------------------------------------------------------ failures
     def _open_failure(self, no: int, line: str, kind: str, stage: int) -> Failure:
@@ -544,6 +577,15 @@ class Walker:
             flags[fm["flag"]] = readable(value.strip('"')) if value is not None else True
 
 
+def _skim_code(p: Pattern) -> int:
+    """What the C accelerator may do with a line whose first entry is `p` (analyze/_skim.c, CODE_*)."""
+    if p.family == "generic":
+        return 1  # only counted
+    if p.family == "hint" and p.kind == "draft":
+        return 2  # the drafter's hint (see _event)
+    return 0  # the walker's
+
+
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
 _RESCAN = {"block", "failure", "follow"}
 
@@ -586,9 +628,13 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
 
 def _digit_sensitive(p: Pattern) -> bool:
     """Whether an entry could tell one digit from another: a digit in its anchor or in its regex other
-    than `\\d` and repeat counts (conservative: `[0-9a-f]` counts too)."""
+    than `\\d`, repeat counts and a character class holding all of `0-9` (`[0-9a-f]`) and no other digit."""
     rest = re.sub(r"\\d|\{\d+(?:,\d*)?\}", "", p.regex.pattern)
+    rest = _CLASS.sub(lambda m: "" if not any(c.isdigit() for c in m[0].replace("0-9", "")) else m[0], rest)
     return any(c.isdigit() for c in rest + p.anchor)
+
+
+_CLASS = re.compile(r"\[\^?\]?[^\]]*\]")  # a character class, as the table writes them (no nested brackets)
 
 
 _FIRST: dict[str | bytes, int] = {}
@@ -607,3 +653,5 @@ _DRAFTER = CONTEXT_CODES["drafter"]
 _KV_SEQ, _KV_STREAM = BY_NAME["kv_seq"], BY_NAME["kv_stream"]
 _INPUT_BATCH, _UBATCH_ADD = BY_NAME["batch_input"], BY_NAME["batch_ubatch"]
 _SEQ_POS, _SEQ_OPEN, _SEQ_CLOSE = BY_NAME["batch_seq_pos"], BY_NAME["batch_seq_open"], BY_NAME["batch_seq_close"]
+if _skim is not None:
+    _skim.configure(_FIRST, bytes(_skim_code(p) for p in PATTERNS), tuple(p.component for p in PATTERNS), _DRAFTER)
