@@ -13,12 +13,13 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 
 /* the walker's batch-dump states (walker._OUT, _INPUT, _SEQS, _UBATCH) */
 enum { DUMP_OUT = 0, DUMP_INPUT = 1, DUMP_SEQS = 2, DUMP_UBATCH = 3 };
 /* what a pattern-table entry's lines need (configure's `codes`) */
-enum { CODE_WALKER = 0, CODE_COUNTED = 1, CODE_DRAFT_HINT = 2 };
+enum { CODE_WALKER = 0, CODE_COUNTED = 1, CODE_DRAFT_HINT = 2, CODE_HINT = 3 };
 #define MEMO_NONE (-1)  /* walker._first remembered: no entry matches */
 #define MAX_DIGITS 18   /* longer numbers go to the walker (Python ints) */
 
@@ -177,26 +178,45 @@ static int set_field(cursor base, cursor p, cursor e, PyObject *text, PyObject *
 enum {
     A_N_LINES, A_N_RECOGNISED, A_FRAGMENT, A_KV_SIZE, A_FOUND_SLOT, A_HINT, A_DUMP, A_FAILURE, A_FIELDS,
     A_CUR_ROWS, A_KV, A_BATCH_T, A_CUR_SIZES, A_SEQS, A_BATCHES, A_HINT_COLUMN, A_APPEND,
-    A_KV_LINE, A_KV_T, A_KV_CACHE_SIZE, A_KV_STREAM, A_KV_SEQ_ID, A_KV_POS_MIN, A_KV_POS_MAX, A_COUNT
+    A_KV_LINE, A_KV_T, A_KV_CACHE_SIZE, A_KV_STREAM, A_KV_SEQ_ID, A_KV_POS_MIN, A_KV_POS_MAX,
+    A_B_BATCH, A_B_LINE, A_B_T, A_B_SEQ_ID, A_B_N_TOKENS, A_B_POS_MIN, A_B_POS_MAX, A_B_N_OUTPUTS, A_B_EMBD, A_B_OK,
+    A_B_SIG, A_B_HINT, A_B_BUF,
+    A_SIGS, A_BATCH_LINE, A_N_BATCHES, A_REQUESTS, A_BUFFERS, A_BUFFER_REQUEST,
+    A_F_N_TOKENS, A_F_N_OUTPUTS, A_F_EMBD, A_F_POS, A_COUNT
 };
 static const char *const NAMES[A_COUNT] = {
     "n_lines", "n_recognised", "_fragment", "_kv_size", "_cur_found_slot", "_hint", "_dump", "_failure", "_fields",
     "_cur_rows", "kv", "_batch_t", "_cur_sizes", "_seqs", "batches", "hint", "append",
     "line", "t", "cache_size", "stream", "seq_id", "pos_min", "pos_max",
+    "batch", "line", "t", "seq_id", "n_tokens", "pos_min", "pos_max", "n_outputs", "embd", "ok",
+    "sig", "hint", "buf",
+    "_sigs", "_batch_line", "_n_batches", "_requests", "buffers", "buffer_request",
+    "n_tokens", "n_outputs", "embd", "pos",
 };
 static PyObject *names[A_COUNT];
-#define KV_COLUMNS 7 /* A_KV_LINE .. A_KV_POS_MAX, in KvColumns' order */
+#define KV_COLUMNS 7     /* A_KV_LINE .. A_KV_POS_MAX, in KvColumns' order */
+#define BATCH_COLUMNS 13 /* A_B_BATCH .. A_B_BUF, in BatchColumns' order */
+#define NA LLONG_MIN     /* records.NA */
 
 typedef struct {
     PyObject *walker, *text;
     long long no, recognised, kv_size;
-    int dump, dump_changed, fragment, failure_open, kv_size_set, found_slot;
+    int dump, dump_changed, fragment, failure_open, kv_size_set;
+    int found_slot; /* walker._cur_found_slot as set here, -1 when not set */
     PyObject *hint;                   /* the latest draft hint, owned */
     PyObject *rows;                   /* walker._cur_rows, owned, fetched when first needed */
     PyObject *kv_append[KV_COLUMNS];  /* walker.kv.<column>.append, owned, fetched when first needed */
+    PyObject *batch_append[BATCH_COLUMNS]; /* walker.batches.<column>.append, the same */
 } State;
 
 static PyObject *attr(PyObject *o, int name) { return PyObject_GetAttr(o, names[name]); }
+
+static long long get_ll(PyObject *o, int name) {
+    PyObject *v = attr(o, name);
+    long long r = v ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    return r;
+}
 
 static PyObject *cur_rows(State *s) {
     if (s->rows == NULL) {
@@ -218,21 +238,26 @@ static int append(PyObject *method, PyObject *value) {
     return r ? 0 : -1;
 }
 
+/* the append methods of a column record's arrays (KvColumns, BatchColumns), fetched once per call */
+static int appends(PyObject *walker, int record, int first, int n, PyObject **out) {
+    if (out[0] != NULL)
+        return 0;
+    PyObject *columns = attr(walker, record);
+    for (int i = 0; columns != NULL && i < n; i++) {
+        PyObject *column = attr(columns, first + i);
+        out[i] = column ? PyObject_GetAttr(column, names[A_APPEND]) : NULL;
+        Py_XDECREF(column);
+        if (out[i] == NULL)
+            break;
+    }
+    Py_XDECREF(columns);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* walker._kv for a sequence row: one row in each of the KvColumns */
 static int kv_row(State *s, long long no, const long long f[4]) {
-    if (s->kv_append[0] == NULL) {
-        PyObject *kv = attr(s->walker, A_KV);
-        for (int i = 0; kv != NULL && i < KV_COLUMNS; i++) {
-            PyObject *column = attr(kv, A_KV_LINE + i);
-            s->kv_append[i] = column ? PyObject_GetAttr(column, names[A_APPEND]) : NULL;
-            Py_XDECREF(column);
-            if (s->kv_append[i] == NULL)
-                break;
-        }
-        Py_XDECREF(kv);
-        if (PyErr_Occurred())
-            return -1;
-    }
+    if (appends(s->walker, A_KV, A_KV_LINE, KV_COLUMNS, s->kv_append) < 0)
+        return -1;
     /* find_slot runs microseconds after its batch's dump: the walker reuses that time */
     if (append(s->kv_append[1], attr(s->walker, A_BATCH_T)) < 0 ||
         append(s->kv_append[0], PyLong_FromLongLong(no)) < 0 ||
@@ -241,6 +266,270 @@ static int kv_row(State *s, long long no, const long long f[4]) {
     for (int i = 0; i < 4; i++)
         if (append(s->kv_append[3 + i], PyLong_FromLongLong(f[i])) < 0)
             return -1;
+    return 0;
+}
+
+static int set_attr(PyObject *o, int name, PyObject *value) {
+    if (value == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(o, names[name], value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* llama.cpp's own prefix at the start of a line (normalize.LLAMA_PREFIX, matched): its seconds, as
+ * normalize.llama_seconds computes them; 0 when the line has another prefix (the walker reads those) */
+static int prefix_seconds(cursor p, cursor e, double *out) {
+    long long m, sec = 0, ms = 0, us = 0;
+    if (!number(&p, e, 0, &m) || !LIT(&p, e, "."))
+        return 0;
+    for (int i = 0; i < 10; i++) { /* SS.mmm.uuu */
+        if (i == 2 || i == 6) {
+            if (!LIT(&p, e, "."))
+                return 0;
+            continue;
+        }
+        if (p >= e || !is_digit(*p))
+            return 0;
+        long long *field = i < 2 ? &sec : i < 6 ? &ms : &us;
+        *field = *field * 10 + (*p++ - '0');
+    }
+    if (!LIT(&p, e, " ") || m > (1LL << 40))
+        return 0;
+    /* the same operations in the same order as llama_seconds: int + float + float */
+    *out = (double)(m * 60 + sec) + (double)ms / 1e3 + (double)us / 1e6;
+    return 1;
+}
+
+/* walker._end_batch when no dump is open: the finished batch's rows get the signature of the cache sizes
+ * find_slot showed for them, and the next batch starts with none */
+static int end_batch(State *s) {
+    PyObject *rows = cur_rows(s);
+    PyObject *sizes = rows ? attr(s->walker, A_CUR_SIZES) : NULL;
+    if (sizes == NULL)
+        return -1;
+    int rc = 0;
+    if (PyList_GET_SIZE(rows) > 0 && PyObject_Length(sizes) > 0) {
+        PyObject *key = PyFrozenSet_New(sizes);
+        PyObject *sigs = key ? attr(s->walker, A_SIGS) : NULL;
+        PyObject *n = sigs ? PyLong_FromSsize_t(PyDict_Size(sigs)) : NULL;
+        PyObject *sig = n ? PyDict_SetDefault(sigs, key, n) : NULL; /* borrowed */
+        PyObject *batches = sig ? attr(s->walker, A_BATCHES) : NULL;
+        PyObject *column = batches ? attr(batches, A_B_SIG) : NULL;
+        rc = column ? 0 : -1;
+        for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(rows); i++)
+            rc = PyObject_SetItem(column, PyList_GET_ITEM(rows, i), sig);
+        Py_XDECREF(column);
+        Py_XDECREF(batches);
+        Py_XDECREF(n);
+        Py_XDECREF(sigs);
+        Py_XDECREF(key);
+    }
+    Py_DECREF(sizes);
+    if (rc < 0 || set_attr(s->walker, A_CUR_SIZES, PySet_New(NULL)) < 0)
+        return -1;
+    Py_CLEAR(s->rows);
+    s->rows = PyList_New(0);
+    return s->rows ? PyObject_SetAttr(s->walker, names[A_CUR_ROWS], s->rows) : -1;
+}
+
+/* the `input batch info:` line: walker._batch("input") when no dump is open; 0 when the walker must */
+static int input_batch(State *s, cursor a, cursor e, long long no) {
+    double t;
+    if (!prefix_seconds(a, e, &t))
+        return 0;
+    if (end_batch(s) < 0 || set_attr(s->walker, A_FIELDS, PyDict_New()) < 0 ||
+        set_attr(s->walker, A_SEQS, PyList_New(0)) < 0 ||
+        set_attr(s->walker, A_BATCH_LINE, PyLong_FromLongLong(no)) < 0 ||
+        set_attr(s->walker, A_BATCH_T, PyFloat_FromDouble(t)) < 0)
+        return -1;
+    s->dump = DUMP_INPUT;
+    s->dump_changed = 1;
+    return 1;
+}
+
+static int is_nil(PyObject *v) { /* walker._NIL */
+    static const char *const nil[] = {"(nil)", "0x0", "(null)", "0", "NULL"};
+    for (size_t i = 0; i < sizeof nil / sizeof nil[0]; i++)
+        if (PyUnicode_CompareWithASCIIString(v, nil[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* walker._int_or_na of a field: int() of its text, NA where that fails or needs more than 64 bits */
+static int field_int(PyObject *fields, int name, long long *out) {
+    *out = NA;
+    PyObject *v = PyDict_GetItemWithError(fields, names[name]);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *n = PyUnicode_Check(v) ? PyLong_FromUnicodeObject(v, 10) : NULL;
+    if (n == NULL) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
+    Py_DECREF(n);
+    if (!overflow && x != NA)
+        *out = x;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* walker._flush_input for a dump closed by its `]` line: one row per sequence of the input batch */
+static int flush_input(State *s, PyObject *hint_now) {
+    PyObject *w = s->walker;
+    PyObject *fields = attr(w, A_FIELDS), *seqs = NULL, *v;
+    long long n_tokens, n_outputs, embd = -1, buf = NA, requests, batch_line, batch_no;
+    int rc = -1;
+    if (fields == NULL || !PyDict_Check(fields) || field_int(fields, A_F_N_TOKENS, &n_tokens) < 0 ||
+        field_int(fields, A_F_N_OUTPUTS, &n_outputs) < 0)
+        goto done;
+    if ((v = PyDict_GetItemWithError(fields, names[A_F_EMBD])) != NULL) {
+        /* a pointer that is not null: `embd not in _NIL and embd.strip("0x") != ""` */
+        embd = 0;
+        if (PyUnicode_Check(v) && !is_nil(v) && PyUnicode_KIND(v) == PyUnicode_1BYTE_KIND) {
+            const unsigned char *c = PyUnicode_1BYTE_DATA(v);
+            for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(v); i++)
+                embd |= c[i] != '0' && c[i] != 'x';
+        } else if (!PyUnicode_Check(v) || PyUnicode_KIND(v) != PyUnicode_1BYTE_KIND) {
+            goto done; /* not the reader's text: not expected, and not guessed at */
+        }
+    } else if (PyErr_Occurred()) {
+        goto done;
+    }
+    requests = get_ll(w, A_REQUESTS);
+    batch_line = get_ll(w, A_BATCH_LINE);
+    batch_no = get_ll(w, A_N_BATCHES);
+    if (PyErr_Occurred())
+        goto done;
+    PyObject *ptr = PyDict_GetItemWithError(fields, names[A_F_POS]); /* borrowed */
+    if (ptr == NULL && PyErr_Occurred())
+        goto done;
+    if (ptr != NULL && PyUnicode_Check(ptr) && PyUnicode_GET_LENGTH(ptr) > 0 && !is_nil(ptr)) {
+        /* keyed per request too: a freed batch's address can come back as the other context's buffer */
+        PyObject *key = PyUnicode_FromFormat("%U@%lld", ptr, requests);
+        PyObject *buffers = key ? attr(w, A_BUFFERS) : NULL;
+        PyObject *n = buffers ? PyLong_FromSsize_t(PyDict_Size(buffers)) : NULL;
+        PyObject *id = n ? PyDict_SetDefault(buffers, key, n) : NULL; /* borrowed */
+        buf = id ? PyLong_AsLongLong(id) : -1;
+        Py_XDECREF(n);
+        Py_XDECREF(buffers);
+        Py_XDECREF(key);
+        if (id == NULL || PyErr_Occurred())
+            goto done;
+        /* the request each buffer was first seen in */
+        PyObject *firsts = attr(w, A_BUFFER_REQUEST);
+        int bad = firsts == NULL;
+        if (!bad && buf == PyObject_Length(firsts)) {
+            PyObject *r = PyLong_FromLongLong(requests);
+            bad = r == NULL || PyList_Append(firsts, r) < 0;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(firsts);
+        if (bad || PyErr_Occurred())
+            goto done;
+    } else if (ptr != NULL && !PyUnicode_Check(ptr)) {
+        goto done;
+    }
+    /* a batch dumped right after a slot's prompt line is that slot's (the target's) prompt */
+    long long hint = 0;
+    if (hint_now != Py_None) {
+        if (!PyTuple_Check(hint_now) || PyTuple_GET_SIZE(hint_now) != 3)
+            goto done;
+        long long at = PyLong_AsLongLong(PyTuple_GET_ITEM(hint_now, 0));
+        if (PyErr_Occurred())
+            goto done;
+        PyObject *side = PyTuple_GET_ITEM(hint_now, 1);
+        if (batch_line - at <= 3 && PyUnicode_Check(side) && PyUnicode_CompareWithASCIIString(side, "target") == 0)
+            hint = 1; /* records.CONTEXT_CODES["target"] */
+    }
+    if (set_attr(w, A_N_BATCHES, PyLong_FromLongLong(batch_no + 1)) < 0 ||
+        set_attr(w, A_CUR_SIZES, PySet_New(NULL)) < 0)
+        goto done;
+    s->found_slot = 0;
+    Py_CLEAR(s->rows);
+    if ((s->rows = PyList_New(0)) == NULL || PyObject_SetAttr(w, names[A_CUR_ROWS], s->rows) < 0)
+        goto done;
+    if (appends(w, A_BATCHES, A_B_BATCH, BATCH_COLUMNS, s->batch_append) < 0)
+        goto done;
+    PyObject *t = attr(w, A_BATCH_T);
+    if (t == NULL)
+        goto done;
+    seqs = attr(w, A_SEQS);
+    if (seqs == NULL || !PyList_Check(seqs)) {
+        Py_DECREF(t);
+        goto done;
+    }
+    Py_ssize_t n_seqs = PyList_GET_SIZE(seqs);
+    PyObject *lines = attr(w, A_BATCHES);
+    PyObject *line_column = lines ? attr(lines, A_B_LINE) : NULL;
+    Py_XDECREF(lines);
+    Py_ssize_t rows = line_column ? PyObject_Length(line_column) : -1;
+    Py_XDECREF(line_column);
+    if (rows < 0) {
+        Py_DECREF(t);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < (n_seqs ? n_seqs : 1); i++) {
+        long long seq[3] = {NA, NA, NA};
+        if (n_seqs) {
+            PyObject *row = PyList_GET_ITEM(seqs, i);
+            if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
+                PyErr_SetString(PyExc_TypeError, "skim: a sequence row is not (seq, pos_min, pos_max)");
+                break;
+            }
+            for (int j = 0; j < 3; j++)
+                seq[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(row, j));
+            if (PyErr_Occurred())
+                break;
+        }
+        PyObject *row_no = PyLong_FromSsize_t(rows + i);
+        int appended = row_no ? PyList_Append(s->rows, row_no) : -1;
+        Py_XDECREF(row_no);
+        if (appended < 0)
+            break;
+        long long values[BATCH_COLUMNS] = {batch_no, batch_line, 0, seq[0], n_tokens, seq[1], seq[2], n_outputs,
+                                           embd, 1, -1, hint, buf};
+        int bad = 0;
+        for (int j = 0; j < BATCH_COLUMNS && !bad; j++) {
+            if (j == 2) {
+                Py_INCREF(t);
+                bad = append(s->batch_append[j], t) < 0;
+            } else {
+                bad = append(s->batch_append[j], PyLong_FromLongLong(values[j])) < 0;
+            }
+        }
+        if (bad)
+            break;
+    }
+    Py_DECREF(t);
+    if (PyErr_Occurred())
+        goto done;
+    s->dump = DUMP_OUT;
+    s->dump_changed = 1;
+    rc = 0;
+done:
+    Py_XDECREF(seqs);
+    Py_XDECREF(fields);
+    return rc;
+}
+
+/* batch_seq_close: init:\s+\]\s*$ */
+static int match_seq_close(cursor p, cursor e) {
+    for (cursor at; (at = FIND(p, e, "init:")) != NULL; p = at + 1) {
+        cursor q = at + 5;
+        if (q >= e || !is_space(*q))
+            continue;
+        spaces(&q, e);
+        if (!LIT(&q, e, "]"))
+            continue;
+        spaces(&q, e);
+        if (q == e)
+            return 1;
+    }
     return 0;
 }
 
@@ -321,8 +610,8 @@ static int store(State *s) {
         SET(A_DUMP, PyLong_FromLong(s->dump));
     if (s->kv_size_set)
         SET(A_KV_SIZE, PyLong_FromLongLong(s->kv_size));
-    if (s->found_slot)
-        SET(A_FOUND_SLOT, PyBool_FromLong(1));
+    if (s->found_slot >= 0)
+        SET(A_FOUND_SLOT, PyBool_FromLong(s->found_slot));
     if (s->hint && rc == 0)
         rc = PyObject_SetAttr(s->walker, names[A_HINT], s->hint);
 #undef SET
@@ -334,13 +623,8 @@ static void release(State *s) {
     Py_CLEAR(s->rows);
     for (int i = 0; i < KV_COLUMNS; i++)
         Py_CLEAR(s->kv_append[i]);
-}
-
-static long long get_ll(PyObject *o, int name) {
-    PyObject *v = attr(o, name);
-    long long r = v ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    return r;
+    for (int i = 0; i < BATCH_COLUMNS; i++)
+        Py_CLEAR(s->batch_append[i]);
 }
 
 /* One line the walker would handle in a known way: 1 done, 0 the walker must see it, -1 an error. */
@@ -406,15 +690,36 @@ static int line(State *s, cursor base, cursor a, cursor e) {
         if (s->failure_open)
             return 0;
         if (!HAS(a, e, ": pos = [")) {
-            /* a dump's `seq = [` line: what follows are its sequences' positions */
-            cursor last = e;
+            if (HAS(a, e, "input batch info")) {
+                /* a new input batch's dump (one still open is the walker's to finish) */
+                if (!HAS(a, e, "input batch info:") || s->dump == DUMP_INPUT || s->dump == DUMP_SEQS)
+                    return 0;
+                int rc = input_batch(s, a, e, no);
+                if (rc <= 0)
+                    return rc;
+                s->recognised++;
+                return 1;
+            }
+            cursor last = e; /* the walker picks the line's entry by its last character */
             while (last > a && is_space(last[-1]))
                 last--;
-            if (HAS(a, e, "input batch info") || last == a || last[-1] != '[' || !match_seq_open(a, e))
+            if (last > a && last[-1] == '[' && match_seq_open(a, e)) {
+                /* a dump's `seq = [` line: what follows are its sequences' positions */
+                if (s->dump == DUMP_INPUT) {
+                    s->dump = DUMP_SEQS;
+                    s->dump_changed = 1;
+                }
+            } else if (last > a && last[-1] == ']' && match_seq_close(a, e)) {
+                /* the dump's end: its rows are written */
+                if (s->dump == DUMP_SEQS) {
+                    PyObject *hint = s->hint ? (Py_INCREF(s->hint), s->hint) : attr(s->walker, A_HINT);
+                    int rc = hint ? flush_input(s, hint) : -1;
+                    Py_XDECREF(hint);
+                    if (rc < 0)
+                        return -1;
+                }
+            } else {
                 return 0;
-            if (s->dump == DUMP_INPUT) {
-                s->dump = DUMP_SEQS;
-                s->dump_changed = 1;
             }
             s->recognised++;
             return 1;
@@ -450,8 +755,8 @@ static int line(State *s, cursor base, cursor a, cursor e) {
     if (idx < 0 || idx >= PyBytes_GET_SIZE(codes) || s->failure_open)
         return 0;
     int code = PyBytes_AS_STRING(codes)[idx];
-    if (code == CODE_DRAFT_HINT) {
-        if (mark_drafter(s) < 0)
+    if (code == CODE_DRAFT_HINT || code == CODE_HINT) {
+        if (code == CODE_DRAFT_HINT && mark_drafter(s) < 0)
             return -1;
         PyObject *text = PyUnicode_Substring(s->text, a - base, e - base);
         PyObject *hint = text ? Py_BuildValue("(LOO)", no, PyTuple_GET_ITEM(components, idx), text) : NULL;
@@ -487,7 +792,7 @@ static PyObject *skim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "skim: position outside the text");
         return NULL;
     }
-    State s = {.walker = walker, .text = text};
+    State s = {.walker = walker, .text = text, .found_slot = -1};
     s.no = get_ll(walker, A_N_LINES);
     s.recognised = get_ll(walker, A_N_RECOGNISED);
     s.kv_size = get_ll(walker, A_KV_SIZE);

@@ -583,6 +583,8 @@ def _skim_code(p: Pattern) -> int:
         return 1  # only counted
     if p.family == "hint" and p.kind == "draft":
         return 2  # the drafter's hint (see _event)
+    if p.family == "hint" and p.kind in ("decode", "draft_start"):
+        return 3  # a hint and nothing else
     return 0  # the walker's
 
 
