@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Any
 
@@ -31,6 +32,8 @@ from analyze.records import (
 try:
     from analyze import _skim  # the hot lines in C (analyze/_skim.c); absent where it could not be built
 except ImportError:  # pragma: no cover - a build without a C compiler
+    _skim = None  # type: ignore[assignment]
+if os.environ.get("KVTRACE_PURE_PYTHON"):  # the walker alone: to compare with, or to rule the C code out
     _skim = None  # type: ignore[assignment]
 
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")

@@ -5,6 +5,7 @@
     python benchmarks/reader_speed.py --size-mb 1024 --fault stale-drafter   # the 1 GB memory check
     python benchmarks/reader_speed.py --capture server.log.gz --capture other.log   # more real captures
     python benchmarks/reader_speed.py --real-mb 1024 --capture server.log.gz        # a 1 GB real server log
+    python benchmarks/reader_speed.py --pure                 # the walker alone, without its C accelerator
 
 Engine logs: a long engine run (real llama.cpp, LLAMA_BATCH_DEBUG=1 and LLAMA_KV_CACHE_DEBUG=1) captured
 once and its raw.log repeated until the size is reached (cached under benchmarks/out/). Real captures: the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -119,12 +121,25 @@ print(time.perf_counter() - t0, cpu, rss, len(r.batches), len(r.kv), len(r.error
 """
 
 
-def measure(path: Path, jobs: int = 1) -> dict[str, float | int | str]:
+def child_env(pure: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KVTRACE_PURE_PYTHON", None)
+    return env | {"KVTRACE_PURE_PYTHON": "1"} if pure else env
+
+
+def accelerated(pure: bool) -> bool:
+    """Whether the parse children read with the C accelerator (analyze/_skim.c)."""
+    out = subprocess.run([sys.executable, "-c", "from analyze import walker; print(walker._skim is not None)"],
+                         capture_output=True, text=True, cwd=ROOT, env=child_env(pure), check=True)
+    return out.stdout.strip() == "True"
+
+
+def measure(path: Path, jobs: int = 1, pure: bool = False) -> dict[str, float | int | str]:
     size_mb = path.stat().st_size / 1e6
     # one core for the serial reader; the split parse gets every core
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") and jobs == 1 else []
     out = subprocess.run([*pin, sys.executable, "-c", CHILD, str(path), str(jobs)], check=True,
-                         capture_output=True, text=True, cwd=ROOT).stdout.split()
+                         capture_output=True, text=True, cwd=ROOT, env=child_env(pure)).stdout.split()
     wall, cpu, rss_kb = float(out[0]), float(out[1]), int(out[2])
     t0 = time.perf_counter()
     count = subprocess.run(["grep", "-c", "pos = ", str(path)], capture_output=True, text=True).stdout.strip()
@@ -166,11 +181,16 @@ def main() -> None:
     ap.add_argument("--no-real", action="store_true", help="engine logs only")
     ap.add_argument("--jobs", type=int, default=1, help="also measure the split parse on N processes")
     ap.add_argument("--keep", action="store_true", help="keep the generated engine logs under benchmarks/out/")
+    ap.add_argument("--pure", action="store_true", help="the walker alone, without its C accelerator "
+                    "(KVTRACE_PURE_PYTHON=1): as where it is not built")
     args = ap.parse_args()
     missing = [str(p) for p in args.capture if not p.is_file()]
     if missing:
         raise SystemExit(f"reader_speed: no such capture: {', '.join(missing)}")
     OUT.mkdir(parents=True, exist_ok=True)
+    fast = accelerated(args.pure)
+    print(f"reader: {'with' if fast else 'without'} the C accelerator (analyze/_skim.c)"
+          + (" (--pure)" if args.pure else "" if fast else ": not built on this machine"), flush=True)
     runs: list[tuple[str, Path]] = []
     for fault in args.fault or ["none", "stale-drafter"]:
         runs.append((f"engine, --fault {fault}", big_log(args.size_mb, fault)))
@@ -181,7 +201,7 @@ def main() -> None:
     for label, path in runs:
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # page-cache it for both readers
         for jobs in sorted({1, args.jobs}):
-            result = measure(path, jobs) | {"log": label}
+            result = measure(path, jobs, args.pure) | {"log": label, "accelerator": fast}
             rows.append(result)
             print(json.dumps(result), flush=True)
             where = "on one core" if jobs == 1 else f"with --jobs {jobs}"
