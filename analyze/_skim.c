@@ -1,15 +1,19 @@
-/* The walker's hot lines in C: an optional accelerator for analyze/walker.py.
+/* The walker's most frequent lines in C: an optional accelerator for analyze/walker.py.
  *
  * `skim(walker, text, pos)` walks the lines of `text` from `pos` and does, for the lines it knows, exactly
- * what Walker.feed does for them: batch-dump lines (fields, token rows and their fragments), find_slot rows,
- * a dump's per-sequence positions, draft hints and lines that are only counted. It stops at the first line
- * it does not know, or one whose handling needs more of the walker than these few fields (a failure being
- * assembled, a dump being flushed, a memo miss), and returns that line's offset: Walker.feed_text hands the
- * line to Walker.feed and calls again. Walker.feed stays the definition; tests run both on the same logs.
+ * what Walker.feed does for them: a batch dump's lines (its first line, fields, token rows and their
+ * fragments, per-sequence positions, its closing line, which writes the batch's rows, and the ubatch
+ * repeats), find_slot rows, draft hints, and lines the pattern table only counts or does not know. It stops
+ * at the first line it does not know, or one whose handling needs more of the walker's state than this
+ * (a failure being assembled, a dump still open when the next begins, a memo miss, an event or meta line),
+ * and returns that line's offset: Walker.feed_text hands the line to Walker.feed and calls again.
+ * Walker.feed stays the definition; tests/analyze/test_skim.py holds the two to the same state.
  *
  * Text comes from analyze.normalize.decode (Latin-1), so it is always a one-byte string. The regexes
- * emulated here (analyze/patterns.py: batch_field, kv_stream, kv_seq, batch_seq_pos) have no ambiguity to
- * backtrack over, so a straight left-to-right match gives what `re` gives; `\s` is Python's str whitespace.
+ * emulated here (analyze/patterns.py: batch_field, batch_seq_pos, batch_seq_open, batch_seq_close,
+ * kv_stream, kv_seq; normalize.LLAMA_PREFIX) have nothing to backtrack over, so a straight left-to-right
+ * match gives what `re` gives; `\s` is Python's str whitespace. The walker's attributes and the columns of
+ * records.BatchColumns and KvColumns are read and written by name (NAMES below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -359,16 +363,15 @@ static int is_nil(PyObject *v) { /* walker._NIL */
 /* walker._int_or_na of a field: int() of its text, NA where that fails or needs more than 64 bits */
 static int field_int(PyObject *fields, int name, long long *out) {
     *out = NA;
-    PyObject *v = PyDict_GetItemWithError(fields, names[name]);
+    PyObject *v = PyDict_GetItem(fields, names[name]); /* borrowed; plain text, checked */
     if (v == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    PyObject *n = PyUnicode_Check(v) ? PyLong_FromUnicodeObject(v, 10) : NULL;
+        return 0;
+    PyObject *n = PyLong_FromUnicodeObject(v, 10);
     if (n == NULL) {
-        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_ValueError)) {
-            PyErr_Clear();
-            return 0;
-        }
-        return -1;
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear();
+        return 0;
     }
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
@@ -378,37 +381,62 @@ static int field_int(PyObject *fields, int name, long long *out) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* walker._flush_input for a dump closed by its `]` line: one row per sequence of the input batch */
+/* a str as decode makes them, or NULL (absent); anything else is not the walker's own state */
+static int plain_text(PyObject *v) { return v == NULL || (PyUnicode_CheckExact(v) && PyUnicode_KIND(v) == PyUnicode_1BYTE_KIND); }
+
+/* whether the state _flush_input reads is what the walker itself keeps (else the walker flushes) */
+static int flushable(PyObject *fields, PyObject *seqs, PyObject *hint) {
+    if (!PyDict_CheckExact(fields) || !PyList_CheckExact(seqs))
+        return 0;
+    const int keys[] = {A_F_N_TOKENS, A_F_N_OUTPUTS, A_F_EMBD, A_F_POS};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!plain_text(PyDict_GetItem(fields, names[keys[i]])))
+            return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seqs); i++) {
+        PyObject *row = PyList_GET_ITEM(seqs, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 3)
+            return 0;
+        for (int j = 0; j < 3; j++)
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(row, j)))
+                return 0;
+    }
+    return hint == Py_None || (PyTuple_CheckExact(hint) && PyTuple_GET_SIZE(hint) == 3 &&
+                               PyLong_CheckExact(PyTuple_GET_ITEM(hint, 0)));
+}
+
+/* walker._flush_input for a dump closed by its `]` line: one row per sequence of the input batch.
+ * 1 done, 0 the walker must do it (nothing changed yet), -1 an error. */
 static int flush_input(State *s, PyObject *hint_now) {
     PyObject *w = s->walker;
-    PyObject *fields = attr(w, A_FIELDS), *seqs = NULL, *v;
+    PyObject *fields = attr(w, A_FIELDS);
+    PyObject *seqs = fields ? attr(w, A_SEQS) : NULL;
+    PyObject *t = seqs ? attr(w, A_BATCH_T) : NULL;
     long long n_tokens, n_outputs, embd = -1, buf = NA, requests, batch_line, batch_no;
     int rc = -1;
-    if (fields == NULL || !PyDict_Check(fields) || field_int(fields, A_F_N_TOKENS, &n_tokens) < 0 ||
-        field_int(fields, A_F_N_OUTPUTS, &n_outputs) < 0)
+    if (t == NULL)
         goto done;
-    if ((v = PyDict_GetItemWithError(fields, names[A_F_EMBD])) != NULL) {
-        /* a pointer that is not null: `embd not in _NIL and embd.strip("0x") != ""` */
-        embd = 0;
-        if (PyUnicode_Check(v) && !is_nil(v) && PyUnicode_KIND(v) == PyUnicode_1BYTE_KIND) {
-            const unsigned char *c = PyUnicode_1BYTE_DATA(v);
-            for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(v); i++)
-                embd |= c[i] != '0' && c[i] != 'x';
-        } else if (!PyUnicode_Check(v) || PyUnicode_KIND(v) != PyUnicode_1BYTE_KIND) {
-            goto done; /* not the reader's text: not expected, and not guessed at */
-        }
-    } else if (PyErr_Occurred()) {
+    if (!flushable(fields, seqs, hint_now)) {
+        rc = 0;
         goto done;
     }
     requests = get_ll(w, A_REQUESTS);
     batch_line = get_ll(w, A_BATCH_LINE);
     batch_no = get_ll(w, A_N_BATCHES);
-    if (PyErr_Occurred())
+    if (PyErr_Occurred() || field_int(fields, A_F_N_TOKENS, &n_tokens) < 0 ||
+        field_int(fields, A_F_N_OUTPUTS, &n_outputs) < 0)
         goto done;
-    PyObject *ptr = PyDict_GetItemWithError(fields, names[A_F_POS]); /* borrowed */
-    if (ptr == NULL && PyErr_Occurred())
-        goto done;
-    if (ptr != NULL && PyUnicode_Check(ptr) && PyUnicode_GET_LENGTH(ptr) > 0 && !is_nil(ptr)) {
+    PyObject *v = PyDict_GetItem(fields, names[A_F_EMBD]); /* borrowed; plain text, checked */
+    if (v != NULL) {
+        /* a pointer that is not null: `embd not in _NIL and embd.strip("0x") != ""` */
+        embd = 0;
+        if (!is_nil(v)) {
+            const unsigned char *c = PyUnicode_1BYTE_DATA(v);
+            for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(v); i++)
+                embd |= c[i] != '0' && c[i] != 'x';
+        }
+    }
+    PyObject *ptr = PyDict_GetItem(fields, names[A_F_POS]); /* borrowed; plain text, checked */
+    if (ptr != NULL && PyUnicode_GET_LENGTH(ptr) > 0 && !is_nil(ptr)) {
         /* keyed per request too: a freed batch's address can come back as the other context's buffer */
         PyObject *key = PyUnicode_FromFormat("%U@%lld", ptr, requests);
         PyObject *buffers = key ? attr(w, A_BUFFERS) : NULL;
@@ -431,18 +459,14 @@ static int flush_input(State *s, PyObject *hint_now) {
         Py_XDECREF(firsts);
         if (bad || PyErr_Occurred())
             goto done;
-    } else if (ptr != NULL && !PyUnicode_Check(ptr)) {
-        goto done;
     }
     /* a batch dumped right after a slot's prompt line is that slot's (the target's) prompt */
     long long hint = 0;
     if (hint_now != Py_None) {
-        if (!PyTuple_Check(hint_now) || PyTuple_GET_SIZE(hint_now) != 3)
-            goto done;
         long long at = PyLong_AsLongLong(PyTuple_GET_ITEM(hint_now, 0));
+        PyObject *side = PyTuple_GET_ITEM(hint_now, 1);
         if (PyErr_Occurred())
             goto done;
-        PyObject *side = PyTuple_GET_ITEM(hint_now, 1);
         if (batch_line - at <= 3 && PyUnicode_Check(side) && PyUnicode_CompareWithASCIIString(side, "target") == 0)
             hint = 1; /* records.CONTEXT_CODES["target"] */
     }
@@ -451,67 +475,41 @@ static int flush_input(State *s, PyObject *hint_now) {
         goto done;
     s->found_slot = 0;
     Py_CLEAR(s->rows);
-    if ((s->rows = PyList_New(0)) == NULL || PyObject_SetAttr(w, names[A_CUR_ROWS], s->rows) < 0)
+    if ((s->rows = PyList_New(0)) == NULL || PyObject_SetAttr(w, names[A_CUR_ROWS], s->rows) < 0 ||
+        appends(w, A_BATCHES, A_B_BATCH, BATCH_COLUMNS, s->batch_append) < 0)
         goto done;
-    if (appends(w, A_BATCHES, A_B_BATCH, BATCH_COLUMNS, s->batch_append) < 0)
-        goto done;
-    PyObject *t = attr(w, A_BATCH_T);
-    if (t == NULL)
-        goto done;
-    seqs = attr(w, A_SEQS);
-    if (seqs == NULL || !PyList_Check(seqs)) {
-        Py_DECREF(t);
-        goto done;
-    }
-    Py_ssize_t n_seqs = PyList_GET_SIZE(seqs);
-    PyObject *lines = attr(w, A_BATCHES);
-    PyObject *line_column = lines ? attr(lines, A_B_LINE) : NULL;
+    PyObject *batches = attr(w, A_BATCHES);
+    PyObject *lines = batches ? attr(batches, A_B_LINE) : NULL;
+    Py_XDECREF(batches);
+    Py_ssize_t first_row = lines ? PyObject_Length(lines) : -1;
     Py_XDECREF(lines);
-    Py_ssize_t rows = line_column ? PyObject_Length(line_column) : -1;
-    Py_XDECREF(line_column);
-    if (rows < 0) {
-        Py_DECREF(t);
+    if (first_row < 0)
         goto done;
-    }
+    Py_ssize_t n_seqs = PyList_GET_SIZE(seqs);
     for (Py_ssize_t i = 0; i < (n_seqs ? n_seqs : 1); i++) {
-        long long seq[3] = {NA, NA, NA};
-        if (n_seqs) {
-            PyObject *row = PyList_GET_ITEM(seqs, i);
-            if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
-                PyErr_SetString(PyExc_TypeError, "skim: a sequence row is not (seq, pos_min, pos_max)");
-                break;
-            }
-            for (int j = 0; j < 3; j++)
-                seq[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(row, j));
-            if (PyErr_Occurred())
-                break;
-        }
-        PyObject *row_no = PyLong_FromSsize_t(rows + i);
+        long long seq[3] = {NA, NA, NA}; /* a dump without sequences is one row of NA */
+        for (int j = 0; n_seqs && j < 3; j++)
+            seq[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(seqs, i), j));
+        if (PyErr_Occurred())
+            goto done;
+        PyObject *row_no = PyLong_FromSsize_t(first_row + i);
         int appended = row_no ? PyList_Append(s->rows, row_no) : -1;
         Py_XDECREF(row_no);
         if (appended < 0)
-            break;
-        long long values[BATCH_COLUMNS] = {batch_no, batch_line, 0, seq[0], n_tokens, seq[1], seq[2], n_outputs,
-                                           embd, 1, -1, hint, buf};
-        int bad = 0;
-        for (int j = 0; j < BATCH_COLUMNS && !bad; j++) {
-            if (j == 2) {
-                Py_INCREF(t);
-                bad = append(s->batch_append[j], t) < 0;
-            } else {
-                bad = append(s->batch_append[j], PyLong_FromLongLong(values[j])) < 0;
-            }
+            goto done;
+        const long long values[BATCH_COLUMNS] = {batch_no, batch_line, 0, seq[0], n_tokens, seq[1], seq[2],
+                                                 n_outputs, embd, 1, -1, hint, buf};
+        for (int j = 0; j < BATCH_COLUMNS; j++) {
+            PyObject *value = j == 2 ? (Py_INCREF(t), t) : PyLong_FromLongLong(values[j]); /* column t */
+            if (append(s->batch_append[j], value) < 0)
+                goto done;
         }
-        if (bad)
-            break;
     }
-    Py_DECREF(t);
-    if (PyErr_Occurred())
-        goto done;
     s->dump = DUMP_OUT;
     s->dump_changed = 1;
-    rc = 0;
+    rc = 1;
 done:
+    Py_XDECREF(t);
     Py_XDECREF(seqs);
     Py_XDECREF(fields);
     return rc;
@@ -715,8 +713,8 @@ static int line(State *s, cursor base, cursor a, cursor e) {
                     PyObject *hint = s->hint ? (Py_INCREF(s->hint), s->hint) : attr(s->walker, A_HINT);
                     int rc = hint ? flush_input(s, hint) : -1;
                     Py_XDECREF(hint);
-                    if (rc < 0)
-                        return -1;
+                    if (rc <= 0)
+                        return rc;
                 }
             } else {
                 return 0;

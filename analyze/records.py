@@ -121,6 +121,7 @@ def lines_of(text: object) -> list[tuple[int, str]]:
     return [(int(n), str(t)) for n, t in value] if isinstance(value, list) else []
 
 
+# analyze/_skim.c appends rows to BatchColumns and KvColumns column by column, in these orders
 @dataclass(slots=True)
 class BatchColumns:
     batch: array[int] = field(default_factory=lambda: array("q"))

@@ -2,6 +2,9 @@
 messages need (a batch dump in progress, an open position-error block, the failure being assembled).
 
 It is fed lines in order, any number at a time, so the same code serves a whole file and a live capture.
+`feed_text` lets the C accelerator (analyze/_skim.c) read the lines it knows and gives `feed` the rest;
+`feed` is the definition of what a line does, and a change to how a dump, find_slot or hint line is handled
+here is a change there too (tests/analyze/test_skim.py fails until both agree).
 """
 
 from __future__ import annotations
