@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -140,9 +141,12 @@ def triage_text(window: bytes, name: str) -> str:
 
 
 def _idle_child() -> None:
-    """Before the live parse's interpreter starts: it dies with the wrapper, and even its start-up (the
-    reader's imports) runs only on a core nothing else wants. Imports nothing: it runs between fork and exec."""
+    """Before the live parse's interpreter starts: it dies with the wrapper, ignores a terminal's Ctrl-C (which
+    reaches the wrapper's whole process group; the wrapper ends the live parse itself, with the log's end, so
+    that its summary covers the whole log), and even its start-up (the reader's imports) runs only on a core
+    nothing else wants. Imports nothing: it runs between fork and exec."""
     die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):

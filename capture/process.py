@@ -30,6 +30,14 @@ def die_with_parent() -> None:
         pass
 
 
+def _program_child() -> None:
+    """Runs in the program before exec: it dies with the wrapper, and SIGINT has its default action. The
+    wrapper stops it with SIGINT first, on purpose; started with SIGINT ignored (a background job, `nohup
+    ... &`), the wrapper would otherwise pass that on and the polite stop would never work."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _ready(fd: int, stop: threading.Event, poll_s: float) -> Iterator[None]:
     """Once each time `fd` has something to read (or hit EOF); ends when `stop` is set and nothing waits."""
     poller = select.poll()
@@ -120,7 +128,7 @@ class Child:
             # Own process group: a terminal Ctrl-C reaches only the wrapper, which then stops the
             # program in order (and its helpers with it).
             process_group=0,
-            preexec_fn=die_with_parent,
+            preexec_fn=_program_child,
             bufsize=0,
         )
         self.started_at = time.time()

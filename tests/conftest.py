@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+# Tests send SIGINT to the commands they start, as a terminal's Ctrl-C would. A run started as a background
+# job or under `nohup ... &` has SIGINT ignored, which its children inherit and would keep: run as from a
+# terminal instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "corpus"

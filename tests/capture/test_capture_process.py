@@ -219,6 +219,48 @@ def test_signal_to_the_wrapper_stops_the_child_and_writes_the_manifest(
     assert (out / "chunks.parquet").exists()
 
 
+def test_a_wrapper_started_with_sigint_ignored_still_stops_the_program_politely(tmp_path: Path, py: str) -> None:
+    """Started as a background job or under `nohup ... &` (SIGINT ignored, and inherited), the wrapper still
+    gives the program SIGINT's default action, so its polite stop works."""
+    child = write_script(tmp_path / "plain.py", """
+        import os, time
+        os.write(1, b"child: ready\\n")
+        time.sleep(600)
+    """)  # no handler of its own: Python's KeyboardInterrupt, as long as SIGINT is not ignored
+    out = tmp_path / "s"
+    wrapper = start_kvtrace("capture", "run", "--quiet", "--stop-wait", "3", "--out", str(out), "--", py, str(child),
+                            cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        wait_for(file_contains(out / "raw.log", b"child: ready"), what="child start")
+        wrapper.send_signal(signal.SIGTERM)
+        wrapper.wait(30)
+    finally:
+        wrapper.kill()
+    m = manifest(out)
+    assert m["program"]["signals_sent"] == ["SIGINT"]
+    assert b"KeyboardInterrupt" in (out / "raw.log").read_bytes()
+
+
+def test_ctrl_c_in_the_terminal_keeps_the_live_summary_whole(tmp_path: Path, py: str) -> None:
+    """A terminal's Ctrl-C reaches the wrapper's whole process group, the live parse included: the live
+    parse ignores it and reads the log to its end, so the summary covers all of it."""
+    child = write_script(tmp_path / "polite.py", POLITE)
+    out = tmp_path / "s"
+    wrapper = start_kvtrace("capture", "run", "--quiet", "--out", str(out), "--", py, str(child), cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        wait_for(file_contains(out / "raw.log", b"child: ready"), what="child start")
+        time.sleep(1.0)  # the live parse is running
+        os.killpg(wrapper.pid, signal.SIGINT)
+        wrapper.wait(30)
+    finally:
+        wrapper.kill()
+    m = manifest(out)
+    assert m["stop_reason"] == "signal SIGINT"
+    assert m["live"]["complete"] is True, m["live"]
+    assert m["live"]["stats"]["bytes_parsed"] == (out / "raw.log").stat().st_size
+
+
 def test_a_stubborn_child_is_stopped_firmly_within_bounded_waits(tmp_path: Path, py: str) -> None:
     child = write_script(tmp_path / "stubborn.py", STUBBORN)
     out = tmp_path / "s"

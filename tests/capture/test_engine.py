@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -506,7 +507,12 @@ def test_demo_opens_the_dashboard_on_localhost(cache: Path, tmp_path: Path) -> N
         wait_for(answers, timeout=90, what="the dashboard")
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left running (its dashboard dies with it)
+            proc.communicate()
+            raise
     assert proc.returncode == 0
     assert f"kvtrace dashboard: {url}" in out.decode()
     assert re.search(r"verdict: +inconsistent_positions \(drafter, decided by line \d+\)", out.decode())
