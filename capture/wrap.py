@@ -322,8 +322,10 @@ def _report(session: Session, outcome: Outcome, opts: CaptureOptions) -> None:
     live = outcome.manifest.get("live") or {}
     if live.get("complete") is False and live.get("stats"):
         parsed = live["stats"].get("bytes_parsed") or 0
-        say(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB (the log came "
-            "faster than it could be parsed); raw.log is complete")
+        why = f"the live parse stopped: {live['failed']}" if live.get("failed") else \
+            "the log came faster than it could be parsed"
+        say(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB ({why}); "
+            "raw.log is complete")
     say(
         f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
         f"to a bug report; next: kvtrace triage {session.raw_log}"
