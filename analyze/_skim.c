@@ -24,7 +24,9 @@
 enum { DUMP_OUT = 0, DUMP_INPUT = 1, DUMP_SEQS = 2, DUMP_UBATCH = 3 };
 /* what a pattern-table entry's lines need (configure's `codes`) */
 enum { CODE_WALKER = 0, CODE_COUNTED = 1, CODE_DRAFT_HINT = 2, CODE_HINT = 3 };
-#define MEMO_NONE (-1)  /* walker._first remembered: no entry matches */
+#define MEMO_NONE (-1)  /* walker._first remembered: no entry matches (its _EXACT, -2, is the walker's) */
+#define MEMO_MISS (-3)  /* not remembered: the walker walks the table */
+#define MEMO_ERROR (-4)
 #define MAX_DIGITS 18   /* longer numbers go to the walker (Python ints) */
 
 static PyObject *memo;       /* walker._FIRST: digit-masked line -> table index */
@@ -566,14 +568,14 @@ static int mark_drafter(State *s) {
     return rc;
 }
 
-/* walker._first's memo for this line: its table index, MEMO_NONE, -3 when the walker must look, -4 an error */
+/* walker._first's memo for this line: its table index, MEMO_NONE, MEMO_MISS or MEMO_ERROR */
 static long memo_index(cursor a, cursor e) {
     Py_ssize_t n = e - a;
     for (cursor q = a; q < e; q++)
         n += *q >= 0x80; /* the memo is keyed by the UTF-8 bytes of the text */
     PyObject *key = PyBytes_FromStringAndSize(NULL, n);
     if (key == NULL)
-        return -4;
+        return MEMO_ERROR;
     unsigned char *k = (unsigned char *)PyBytes_AS_STRING(key);
     for (cursor q = a; q < e; q++) {
         unsigned char c = *q;
@@ -587,9 +589,9 @@ static long memo_index(cursor a, cursor e) {
     PyObject *idx = PyDict_GetItemWithError(memo, key);
     Py_DECREF(key);
     if (idx == NULL)
-        return PyErr_Occurred() ? -4 : -3;
+        return PyErr_Occurred() ? MEMO_ERROR : MEMO_MISS;
     long v = PyLong_AsLong(idx);
-    return v == -1 && PyErr_Occurred() ? -4 : v;
+    return v == -1 && PyErr_Occurred() ? MEMO_ERROR : v;
 }
 
 static int store(State *s) {
@@ -746,7 +748,7 @@ static int line(State *s, cursor base, cursor a, cursor e) {
         return 1;
     }
     long idx = memo_index(a, e);
-    if (idx == -4)
+    if (idx == MEMO_ERROR)
         return -1;
     if (idx == MEMO_NONE)
         return memchr(a, '&', (size_t)(e - a)) == NULL; /* an HTML-escaped paste: the walker unescapes it */

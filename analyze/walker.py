@@ -110,15 +110,15 @@ class Walker:
 
         Where the C accelerator is built, it reads the lines it knows and hands the others to `feed` one at
         a time; `feed` is the definition of what every line does, and the tests hold the two to it."""
-        n = len(text)
-        pos = 0 if _skim is None else _skim.skim(self, text, 0)
-        if pos < 0 or _skim is None:
+        pos = -1 if _skim is None else _skim.skim(self, text, 0)  # -1: not text the C code reads
+        if pos < 0:
             lines = text.split("\n")
             if not lines[-1]:
                 lines.pop()
             self.feed(lines)
             return
-        skim, feed, find = _skim.skim, self.feed, text.find
+        assert _skim is not None
+        n, skim, feed, find = len(text), _skim.skim, self.feed, text.find
         while pos < n:
             end = find("\n", pos)
             if end < 0:
