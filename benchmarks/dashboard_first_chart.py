@@ -78,7 +78,7 @@ def app(path: Path) -> dict[str, float | bool]:
 def browser(path: Path) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
-    from analyze.views.dashboard import launch
+    from analyze.dashboard.launch import launch
 
     chromium = shutil.which("chromium")
     if chromium is None:

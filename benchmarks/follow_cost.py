@@ -5,7 +5,7 @@
 A child process writes a real log into SESSION/raw.log at --rate MB/s (the real 124 MB llama-server b11434
 capture when the shared data folder beside the checkout has it, else the reader benchmark's engine log,
 repeated as needed). This process does what the dashboard's server does for a followed page, at the same
-priority (nice 10): every second it polls analyze.views.follow.Follower (new bytes through the streaming
+priority (nice 10): every second it polls analyze.dashboard.follow.Follower (new bytes through the streaming
 parser, tables rebuilt at most a quarter of the time) and builds the position figure and its JSON for the
 browser. Targets: the following side under one core, the writer's rate unchanged.
 """
@@ -65,7 +65,7 @@ def main() -> None:
     import plotly.io as pio
 
     from analyze.views.figures import position_figure
-    from analyze.views.follow import Follower
+    from analyze.dashboard.follow import Follower
 
     os.nice(10)  # as `kvtrace dashboard --follow` runs its server
     src = args.log or (REAL_LOG if REAL_LOG.is_file() else big_log(100, "stale-drafter"))

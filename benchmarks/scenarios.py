@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import analyze  # noqa: E402
-from analyze.views.health import check_structure, health  # noqa: E402
+from analyze.health import check_structure, health  # noqa: E402
 from capture.llama_server import find_llama_server  # noqa: E402
 from capture.scenarios import (  # noqa: E402
     BY_NAME,

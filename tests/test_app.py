@@ -21,7 +21,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import analyze
-from analyze.views.dashboard import OPEN_ENV
+from analyze.dashboard.launch import OPEN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -300,7 +300,7 @@ def test_a_log_without_positions_says_how_to_get_them() -> None:
 def test_follow_a_capture_while_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--follow: each page run reads only what was added; counters grow, the first position error shows as
     soon as it is written, a zoom stays, and once the manifest says the capture ended it is a finished log."""
-    from analyze.views.dashboard import FOLLOW_ENV
+    from analyze.dashboard.launch import FOLLOW_ENV
 
     session = tmp_path / "live"
     session.mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyze.views.dashboard import OPEN_ENV
+from analyze.dashboard.launch import OPEN_ENV
 from tests.analyze.test_devices import RPC_LOG
 
 ROOT = Path(__file__).resolve().parents[1]

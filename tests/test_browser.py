@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.views.dashboard import free_port, streamlit_command
+from analyze.dashboard.launch import free_port, streamlit_command
 from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from analyze.views.dashboard import free_port
+from analyze.dashboard.launch import free_port
 from capture.llama_server import find_llama_server
 from capture.models import ensure_models
 from tests.conftest import wait_for_dashboard

@@ -1,8 +1,10 @@
 """The dependency rule, the public API and the README's Layout section, checked against the tree.
 
 Layers, lowest first: `capture.session` (the session-folder layout, a leaf); the reader core (`analyze.*`
-outside `cli` and `views`); the views (`analyze.views`); `capture` (which uses only `analyze`'s public
-API); the command layer (`analyze.cli`), which nothing imports back; `app.py` (views and the core).
+outside `cli`, `views` and `dashboard`: reading and the derivations built on it); the views (`analyze.views`,
+renderers only); the dashboard's runtime (`analyze.dashboard`: page, launcher, server, preload, follow);
+`capture` (which uses only `analyze`'s public API); the command layer (`analyze.cli`), which nothing imports
+back; the checkout's `app.py`, which only hands over to the dashboard's page.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def _imports(name: str, path: Path) -> set[str]:
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+SCRIPTS = ("app", "analyze.dashboard.app", "analyze.__main__")
 
 
 def layer(name: str) -> str:
@@ -72,6 +75,8 @@ def layer(name: str) -> str:
         return "cli"
     if name.startswith("analyze.views"):
         return "views"
+    if name.startswith("analyze.dashboard"):
+        return "dashboard"
     if name.startswith("analyze"):
         return "core"
     return "capture"
@@ -81,9 +86,10 @@ ALLOWED = {
     "session": {"session"},
     "core": {"session", "core"},
     "views": {"session", "core", "views"},
+    "dashboard": {"session", "core", "views", "dashboard"},
     "capture": {"session", "capture", "analyze"},  # "analyze": the package's public API only
-    "cli": {"session", "core", "views", "capture", "cli"},
-    "app": {"session", "core", "views"},
+    "cli": {"session", "core", "views", "dashboard", "capture", "cli"},
+    "app": {"dashboard"},
 }
 
 
@@ -138,8 +144,8 @@ def _import_alone(name: str) -> tuple[str, int, str]:
 
 
 def test_every_module_imports_on_its_own_in_a_fresh_interpreter() -> None:
-    # app.py is a Streamlit script, not a library module: importing it would run the page
-    names = sorted(n for n in MODULES if n not in ("app", "analyze.__main__"))
+    # the two app.py are Streamlit scripts, not library modules: importing one would run the page
+    names = sorted(n for n in MODULES if n not in SCRIPTS)
     with ThreadPoolExecutor(max_workers=4) as pool:
         failed = [f"{n}: {err}" for n, rc, err in pool.map(_import_alone, names) if rc != 0]
     assert not failed, "\n".join(failed)
@@ -189,3 +195,41 @@ def test_readme_layout_lists_every_module() -> None:
     files = {str(p.relative_to(ROOT)) for p in MODULES.values()}
     assert files - listed == set(), f"modules missing from the README's Layout: {sorted(files - listed)}"
     assert listed - files == set(), f"the README's Layout lists modules that do not exist: {sorted(listed - files)}"
+
+
+def _third_party(path: Path) -> set[str]:
+    if path.suffix == ".c":
+        return set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_each_layer_keeps_to_its_job() -> None:
+    """Streamlit only in the dashboard's runtime; drawing (plotly) only in the views and the dashboard."""
+    bad = []
+    for name, path in MODULES.items():
+        libs = _third_party(path)
+        if "streamlit" in libs and layer(name) != "dashboard":
+            bad.append(f"{name} ({layer(name)}) imports streamlit")
+        if "plotly" in libs and layer(name) not in ("views", "dashboard"):
+            bad.append(f"{name} ({layer(name)}) imports plotly")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wheel_installs_no_top_level_app_module() -> None:
+    """The checkout's app.py is for `streamlit run app.py`; an installed kvtrace runs the package's own script."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert "py-modules" not in setuptools
+    assert "analyze.dashboard" in setuptools["packages"]
+    from analyze.dashboard.launch import app_path
+
+    assert app_path().is_relative_to(ROOT / "analyze")
+    assert (ROOT / "app.py").read_text(encoding="utf-8").count("\n") <= 6

@@ -13,7 +13,7 @@ from analyze.cli.engine import engine_cmd
 from analyze.cli.options import F
 
 if TYPE_CHECKING:
-    from analyze.views.dashboard import Dashboard
+    from analyze.dashboard.launch import Dashboard
     from capture.runner import Outcome
     from capture.wrap import CaptureOptions, RunOptions
 

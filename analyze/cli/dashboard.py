@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from analyze.views.dashboard import DEFAULT_HOST, app_path
+from analyze.dashboard.launch import DEFAULT_HOST, app_path
 
 if TYPE_CHECKING:
-    from analyze.views.dashboard import Dashboard
+    from analyze.dashboard.launch import Dashboard
 
 FOLLOW_NICE = 10  # a followed capture's program and the capture itself come first
 
@@ -43,7 +43,7 @@ def child_setup(follow: bool) -> Callable[[], None]:
 
 def start_dashboard(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None, *, follow: bool = False,
                     quiet: bool = False) -> Dashboard:
-    from analyze.views.dashboard import launch
+    from analyze.dashboard.launch import launch
 
     return launch(path, host, port, follow=follow, preexec_fn=child_setup(follow), quiet=quiet)
 

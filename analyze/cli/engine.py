@@ -190,7 +190,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
 def _dashboard_ready() -> bool:
     """`kvtrace demo` opens the dashboard only once the app exists (an empty placeholder does not count)."""
     try:
-        from analyze.views.dashboard import app_path
+        from analyze.dashboard.launch import app_path
     except ImportError:
         return False
     app = app_path()

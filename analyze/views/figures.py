@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 from analyze.definitions import reset_events
 from analyze.records import detail_of
 from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
-from analyze.views.positions import (
+from analyze.positions import (
     XAxis,
     apart,
     apart_stretches,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analyze.definitions import reset_events
 from analyze.records import detail_of
-from analyze.views.positions import choose_axis, sequences, stored_positions
+from analyze.positions import choose_axis, sequences, stored_positions
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

@@ -21,8 +21,8 @@ import pandas as pd
 
 from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.signatures import SignatureMatch, match_signature, plain_summary
-from analyze.views.overview import Overview, overview
-from analyze.views.positions import XAxis, stored_positions
+from analyze.overview import Overview, overview
+from analyze.positions import XAxis, stored_positions
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import analyze
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
-from analyze.views.overview import overview
+from analyze.overview import overview
 from analyze.views.perfetto import trace
-from analyze.views.positions import floats
+from analyze.positions import floats
 from tests.analyze.formats import batch_dump, find_slot
 
 ROOT = Path(__file__).resolve().parents[2]

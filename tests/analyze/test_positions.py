@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze.views.positions import (
+from analyze.positions import (
     choose_axis,
     default_tolerance,
     delta,

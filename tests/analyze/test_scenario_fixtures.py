@@ -11,8 +11,8 @@ import pytest
 
 import analyze
 from analyze.compare import compare
-from analyze.views.health import check_structure, health
-from analyze.views.overview import overview
+from analyze.health import check_structure, health
+from analyze.overview import overview
 from analyze.views.report import markdown_report
 
 ROOT = Path(__file__).resolve().parents[2]

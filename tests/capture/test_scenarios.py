@@ -11,7 +11,7 @@ import pytest
 
 import analyze
 from analyze.compare import compare
-from analyze.views.health import Health, check_structure, health
+from analyze.health import Health, check_structure, health
 from capture.scenarios import SCENARIOS, Scenario, ScenarioRun, run_scenario
 from tests.capture.capture_helpers import NEEDS_SERVER
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 import analyze
-from analyze.views.follow import Follower
+from analyze.dashboard.follow import Follower
 
 ROOT = Path(__file__).resolve().parents[2]
 STALE = (ROOT / "samples" / "stale-drafter" / "raw.log").read_bytes()

@@ -1,4 +1,4 @@
-"""Starting the Streamlit dashboard (app.py) on this machine, opened on a path.
+"""Starting the Streamlit dashboard (analyze/dashboard/app.py) on this machine, opened on a path.
 
 The path goes to the app in the KVTRACE_OPEN environment variable, so a big local log is read on the
 server side and never goes through the browser's upload limit; KVTRACE_FOLLOW=1 makes the app follow it
@@ -23,8 +23,8 @@ DEFAULT_PORT = 8501
 
 
 def app_path() -> Path:
-    """app.py sits beside the analyze package, in a checkout and in an installed wheel alike."""
-    return Path(__file__).resolve().parents[2] / "app.py"
+    """The script Streamlit runs: inside the package, so a checkout and an installed wheel have it alike."""
+    return Path(__file__).resolve().with_name("app.py")
 
 
 def free_port(host: str = DEFAULT_HOST, start: int = DEFAULT_PORT, tries: int = 50) -> int:
@@ -43,8 +43,8 @@ def free_port(host: str = DEFAULT_HOST, start: int = DEFAULT_PORT, tries: int = 
 
 def streamlit_command(host: str, port: int) -> list[str]:
     return [
-        # `streamlit run`, with the opened log read while the server starts (analyze/views/serve.py)
-        sys.executable, "-m", "analyze.views.serve", "run", str(app_path()),
+        # `streamlit run`, with the opened log read while the server starts (analyze/dashboard/serve.py)
+        sys.executable, "-m", "analyze.dashboard.serve", "run", str(app_path()),
         "--server.address", host,
         "--server.port", str(port),
         "--server.headless", "true",

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from analyze.cycles import cycle_stats
 from analyze.spec import NONE, keeping
-from analyze.views.overview import overview
-from analyze.views.positions import apart, apart_stretches, choose_axis, default_tolerance, sequences
+from analyze.overview import overview
+from analyze.positions import apart, apart_stretches, choose_axis, default_tolerance, sequences
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

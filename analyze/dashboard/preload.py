@@ -1,7 +1,7 @@
 """Reading the log named on the command line while the dashboard's server starts, so the first page waits
 only for what is left of the parse (`kvtrace dashboard big.log`: the work starts when the user asks for it).
 
-The parse runs in its own process (`python -m analyze.views.preload PATH OUT`), so it has a core of its own
+The parse runs in its own process (`python -m analyze.dashboard.preload PATH OUT`), so it has a core of its own
 while streamlit starts, and hands its result over as a pickle. The job is keyed by the file's path, size and
 modification time: a page asking about other bytes parses them itself.
 """
@@ -53,7 +53,7 @@ def start(path: str) -> None:
     fd, out = tempfile.mkstemp(prefix="kvtrace-preload-", suffix=".pickle")
     os.close(fd)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "analyze.views.preload", path, out],
+        proc = subprocess.Popen([sys.executable, "-m", "analyze.dashboard.preload", path, out],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         os.unlink(out)

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import analyze
-from analyze.views import preload
+from analyze.dashboard import preload
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "stale-drafter"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze.views.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"

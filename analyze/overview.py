@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analyze.views.positions import Divergence, choose_axis, first_divergence
+from analyze.positions import Divergence, choose_axis, first_divergence
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

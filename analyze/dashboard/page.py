@@ -1,0 +1,638 @@
+"""The dashboard's page: target and drafter KV positions over time, where they diverge, and a triage to take away.
+
+Streamlit runs a script that calls `main()` on every rerun (`analyze/dashboard/app.py`, or the checkout's
+`app.py` for `streamlit run app.py`). Logs come from strangers: log text is only ever shown as plain text
+(st.code, st.dataframe, st.json), never as Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import analyze
+from analyze.devices import device_rows, layout_line, placement_rows
+from analyze.dashboard import preload
+from analyze.views.bundle import zip_tables
+from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
+from analyze.dashboard.follow import Follower, LiveState
+from analyze.overview import overview
+from analyze.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
+from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.views.report import advice, escape, markdown_report
+from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
+
+if TYPE_CHECKING:
+    from analyze import ParseResult
+
+# the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+UPLOAD_TYPES = ["log", "txt", "gz", "md"]
+TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
+RAW_CONTEXT = 20  # lines either side of the chosen one
+LIVE_INTERVAL_S = 1.0  # a followed log's charts and counters update this often
+
+
+@dataclass(slots=True)
+class Source:
+    """Something opened in the page: an upload, a paste, a session folder or a path on this machine."""
+
+    name: str
+    digest: str
+    data: bytes | None = None  # uploads and pastes
+    path: str | None = None  # files and session folders on this machine
+    live: bool = False  # followed while it is written (kvtrace dashboard --follow)
+
+
+@dataclass(slots=True)
+class Opened:
+    source: Source
+    result: ParseResult | None  # None when it could not be read (then `error` says why)
+    error: str | None
+
+    @property
+    def parsed(self) -> ParseResult:
+        """The parse result of a source that was read: callers look at `error` first."""
+        assert self.result is not None, self.error
+        return self.result
+
+
+# ---- reading, cached by content hash -------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so a rerun does not read it again."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str | None]:
+    # Keyed on the digest alone: the same bytes under another name are not parsed again.
+    try:
+        return analyze.parse(_data, name=_name), None
+    except analyze.InputError as exc:
+        return None, str(exc)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _parse_path(digest: str, _path: str) -> tuple[Any | None, str | None]:
+    started = preload.take(_path)  # the path on the command line, read while the server started
+    if started is not None:
+        return started
+    try:
+        return analyze.parse(_path), None
+    except analyze.InputError as exc:
+        return None, str(exc)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _raw_text(digest: str, _source: str | bytes) -> RawText:
+    return RawText.open(_source)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _report(digest: str, _result: ParseResult, name: str) -> str:
+    return markdown_report(_result, name=name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _follower(path: str) -> Follower:
+    # One per path for the whole server: every page and every rerun share its parse, so no byte is parsed twice.
+    return Follower(Path(path), interval_s=LIVE_INTERVAL_S)
+
+
+def live_source(path: str) -> Source:
+    """A log followed while it is written: its key stays the same as it grows, so the user's choices stay."""
+    p = Path(path).expanduser().resolve()
+    return Source(p.name, "live" + _sha256(str(p).encode())[:20], path=str(p), live=True)
+
+
+def open_source(src: Source) -> Opened:
+    with st.spinner(f"Reading {src.name} ..."):
+        if src.data is not None:
+            result, error = _parse_bytes(src.digest, src.data, src.name)
+        else:
+            result, error = _parse_path(src.digest, src.path or "")
+    return Opened(src, result, error)
+
+
+def path_source(path: str | Path, name: str | None = None) -> Source | str:
+    """A Source for a log or session folder on this machine, or a one-line reason it cannot be opened."""
+    p = Path(path).expanduser()
+    log = p / "raw.log" if p.is_dir() else p
+    if not log.is_file():
+        return f"{p}: no such log file or session folder (a session folder holds raw.log)"
+    try:
+        stat = log.stat()
+        digest = _file_digest(str(log), stat.st_size, stat.st_mtime_ns)
+    except OSError as exc:
+        return f"{p}: cannot read ({exc.strerror or exc})"
+    return Source(name or p.name, digest, path=str(p))
+
+
+def raw_text(src: Source) -> RawText | None:
+    try:
+        return _raw_text(src.digest, src.data if src.data is not None else (src.path or ""))
+    except (OSError, ValueError, analyze.InputError):
+        return None
+
+
+def capture_axis(src: Source, result: ParseResult) -> XAxis:
+    """The log's own timestamps, else (for a captured session) when each line arrived, else line numbers."""
+    seconds = None
+    if src.path and Path(src.path).is_dir():
+        try:
+            chunks = load_chunks(Path(src.path))  # chunks.parquet, or the journal of a killed capture
+            raw = raw_text(src) if len(chunks) else None
+            seconds = capture_seconds(raw, chunks) if raw is not None else None
+        except (OSError, ValueError, KeyError):
+            seconds = None
+    return choose_axis(result, seconds)
+
+
+# ---- the sidebar: what to open -------------------------------------------------------------------
+
+
+def gather_sources() -> tuple[list[Source], list[str]]:
+    sources: list[Source] = []
+    problems: list[str] = []
+    st.sidebar.header("Open a log")
+    opened_path = os.environ.get(OPEN_ENV, "").strip()
+    if opened_path and os.environ.get(FOLLOW_ENV) == "1":
+        followed = live_source(opened_path)
+        sources.append(followed)
+        st.sidebar.caption("Following, from the command line:")
+        st.sidebar.code(followed.path or "", language=None)
+    elif opened_path:
+        got = path_source(opened_path)
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            sources.append(got)
+            st.sidebar.caption("Opened from the command line:")
+            st.sidebar.code(got.path or "", language=None)
+    limit = int(st.get_option("server.maxUploadSize"))
+    uploads = st.sidebar.file_uploader(
+        "Upload logs (.log, .txt, .gz, or a bug report as .md)", type=UPLOAD_TYPES, accept_multiple_files=True,
+        help=f"Up to {limit} MB per file. Bigger logs: run kvtrace dashboard PATH on the machine that has them.",
+    )  # fmt: skip
+    st.sidebar.caption(
+        f"Up to {limit} MB per upload. For a bigger log run `kvtrace dashboard PATH`: "
+        "the file is read where it is and never uploaded."
+    )
+    for up in uploads or []:
+        data = up.getvalue()
+        if len(data) > limit * 1024 * 1024:
+            problems.append(f"{up.name} is over the {limit} MB upload limit: run kvtrace dashboard {up.name} instead")
+            continue
+        sources.append(Source(up.name, _sha256(data), data=data))
+    pasted = st.sidebar.text_area("...or paste a bug report's text", height=120, key="paste")
+    if pasted.strip():
+        data = pasted.encode("utf-8", "replace")
+        sources.append(Source("pasted text", _sha256(data), data=data))
+    choices: dict[str, Path | None] = {"(none)": None}
+    for sess in list_sessions(DEFAULT_ROOT):
+        choices[f"session: {sess.path.name}"] = sess.path
+    if SAMPLES.is_dir():
+        for sample in sorted(p for p in SAMPLES.iterdir() if (p / "raw.log").is_file()):
+            choices[f"sample: {sample.name}"] = sample
+    picked = st.sidebar.selectbox("...or a captured session or bundled sample", list(choices), key="session")
+    chosen = choices.get(picked)
+    if chosen is not None:
+        got = path_source(chosen, name=picked)
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            sources.append(got)
+    # The same bytes opened twice (say a sample also uploaded) are one source.
+    unique: dict[str, Source] = {}
+    for s in sources:
+        unique.setdefault(s.digest, s)
+    return list(unique.values()), problems
+
+
+# ---- the page ------------------------------------------------------------------------------------
+
+
+def show_verdict(op: Opened, axis: XAxis) -> None:
+    result = op.parsed
+    v = result.verdict
+    for warning in result.warnings:  # e.g. a .gz cut short: say what was not read
+        st.warning(escape(warning))
+    if v.kind == "no_log":
+        st.warning(escape(
+            f"{op.source.name}: no llama.cpp log lines found in {result.lines} lines of text. "
+            "Upload the server's own output (stderr), a bug report that quotes it, or a captured session."
+        ))  # fmt: skip
+        return
+    ov = overview(result)
+    st.subheader(f"Verdict: {v.kind.replace('_', ' ')}")
+    cols = st.columns(6)
+    cols[0].metric("Failing side", v.component if v.kind not in ("draft_stats_only",) else "none")
+    d = ov.first_divergence
+    if d is not None:
+        how = f"gap {int(d.delta)}" if d.source == "error" else f"drafter {d.delta:+g}"
+        cols[1].metric("First divergence", f"line {d.line}", how, delta_color="off", delta_arrow="off")
+    else:
+        cols[1].metric("First divergence", "none")
+    cols[2].metric("Position errors", f"{v.n_position_errors:,}")
+    cols[3].metric("All errors", f"{ov.n_errors:,}", f"{ov.n_resets:,} resets", delta_color="off", delta_arrow="off")
+    cols[4].metric("Batches", f"{ov.n_batches:,}", f"target {ov.n_target:,} / drafter {ov.n_drafter:,}",
+                   delta_color="off", delta_arrow="off")
+    cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off",
+                   delta_arrow="off")
+    if v.last_pos is not None and v.batch_start is not None:
+        st.markdown(
+            f"**First position error:** the KV cache held up to **X = {int(v.last_pos)}**, the batch started "
+            f"at **Y = {int(v.batch_start)}** (sequence {v.seq_id}; gap {int(v.batch_start) - int(v.last_pos) - 1})."
+        )
+    if v.summary:
+        st.markdown(escape(v.summary))
+    st.markdown(advice(v.kind, v.component))
+
+
+def _rate(acc: dict[str, Any]) -> str:
+    return f"{acc['rate']:.1%}" if acc and acc.get("rate") is not None else "n/a"
+
+
+def _acc_detail(acc: dict[str, Any]) -> str | None:
+    return f"{acc.get('accepted')} of {acc.get('generated')} drafted" if acc else None
+
+
+def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
+    result = op.parsed
+    seqs = sequences(result)
+    c1, c2, c3 = st.columns([1, 1, 3])
+    seq_id: int | None = None
+    if seqs:
+        default = result.verdict.seq_id if result.verdict.seq_id in seqs else seqs[0]
+        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default), key=f"seq-{key}")
+    tol = c2.number_input(
+        "Apart when more than", min_value=0.0, value=float(default_tolerance(result)), step=1.0, key=f"tol-{key}",
+        help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block; the "
+             "draft size for a drafter that keeps its own cache).",
+    )  # fmt: skip
+    lo, hi = _x_extent(result, axis)
+    if lo is None or hi is None or hi <= lo:
+        return seq_id, None, tol
+    # The chosen range lives under its own key: the slider's bounds grow with a followed log (a new widget
+    # each time), and a range the user chose stays; the whole range follows the log as it grows.
+    zoom_key = f"zoom-{key}-{seq_id}"
+    div = first_divergence(result, seq_id, axis, tol)
+    if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
+        st.session_state[zoom_key] = _around(div.x, lo, hi, 0.08, axis)
+    if st.session_state.pop(f"jump-error-{key}", False) and (ex := _first_error_x(result, seq_id, axis)) is not None:
+        st.session_state[zoom_key] = _around(ex, lo, hi, 0.04, axis)
+    fmt = None
+    step: float
+    if axis.kind == "line":
+        lo, hi, step = int(lo), int(hi), 1
+    else:
+        step = max((hi - lo) / 1000, 1e-6)
+        fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
+    zoom = st.session_state.get(zoom_key)
+    value = (max(lo, zoom[0]), min(hi, zoom[1])) if zoom is not None and zoom[0] < hi else (lo, hi)
+    slider_key = f"range-{key}-{seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
+    rng = cast(tuple[float, float], c3.slider(
+        axis.title, min_value=lo, max_value=hi, value=value, step=step, key=slider_key, format=fmt,
+        on_change=_keep_zoom, args=(slider_key, zoom_key, (lo, hi)),
+    ))  # fmt: skip
+    return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
+
+
+def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[float, float]:
+    width = max((hi - lo) * share, 1.0 if axis.kind == "line" else 1e-6)
+    a, b = max(lo, x - width), min(hi, x + width)
+    return (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
+
+
+def _keep_zoom(slider_key: str, zoom_key: str, full: tuple[float, float]) -> None:
+    chosen = tuple(st.session_state[slider_key])
+    st.session_state[zoom_key] = None if chosen == full else chosen
+
+
+def _first_error_x(result: ParseResult, seq_id: int | None, axis: XAxis) -> float | None:
+    err = result.errors
+    err = err[err["last_pos"].notna() | err["batch_start"].notna()]
+    if seq_id is not None:
+        err = err[(err["seq_id"] == seq_id) | err["seq_id"].isna()]
+    if not len(err):
+        return None
+    x = axis.of(err["line"].iloc[:1], err["t"].iloc[:1])
+    return float(x[0]) if np.isfinite(x[0]) else None
+
+
+def _x_extent(result: ParseResult, axis: XAxis) -> tuple[float | None, float | None]:
+    xs = []
+    for name in ("batches", "kv", "errors", "events"):
+        frame = getattr(result, name)
+        if len(frame):
+            xs.append(axis.of(frame["line"], frame["t"]))
+    if not xs:
+        return None, None
+    allx = np.concatenate(xs)
+    allx = allx[np.isfinite(allx)]
+    if not allx.size:
+        return None, None
+    return float(np.floor(allx.min())) if axis.kind == "line" else float(allx.min()), float(
+        np.ceil(allx.max()) if axis.kind == "line" else allx.max()
+    )
+
+
+def _has_positions(result: ParseResult) -> bool:
+    err = result.errors
+    return bool(len(result.batches) or len(result.kv)
+                or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
+
+
+def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | None:
+    """The position chart, then (for a finished log) the second charts; `live` draws only the first, so a
+    followed log's page redraws one chart a second."""
+    result = op.parsed
+    if not _has_positions(result):
+        st.info(
+            "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
+            "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
+            "`kvtrace capture run -- llama-server ...`."
+        )
+        acc = acceptance_figure(result)
+        if acc is not None:
+            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+        return None
+    seq_id, x_range, tol = chart_controls(op, axis, key)
+    fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
+    fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
+    st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
+    if live:
+        st.caption("Drafter minus target and the draft acceptance are drawn once the capture ends.")
+        return seq_id
+    left, right = st.columns(2)
+    with left:
+        st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft cycle's tolerance)")
+        if len(result.kv) or len(result.batches):
+            st.plotly_chart(delta_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol),
+                            key=f"delta-{key}", config={"displaylogo": False})
+        else:
+            st.info("No batch or find_slot lines in this log, so no positions over time: only the errors above.")
+    with right:
+        acc = acceptance_figure(result)
+        if acc is not None:
+            st.caption("Draft acceptance")
+            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+        else:
+            st.info("No per-cycle acceptance lines in this log.")
+    return seq_id
+
+
+_FILTERS = {
+    "errors": ("kind", "component"),
+    "batches": ("context", "ok"),
+    "events": ("kind", "context"),
+    "kv": ("context", "cache_size"),
+}
+_TITLES = {"errors": "Errors", "batches": "Batches", "events": "Events", "kv": "KV cache (find_slot)"}
+
+
+def show_tables(op: Opened, key: str) -> int | None:
+    """Filterable tables; returns the log line of the row the user picked."""
+    result = op.parsed
+    picked: int | None = None
+    tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS], key=f"tabs-{key}",
+                   on_change="rerun")
+    for tab, name in zip(tabs, _FILTERS, strict=True):
+        if not tab.open:
+            continue
+        with tab:
+            frame = getattr(result, name)
+            if not len(frame):
+                st.caption("None in this log.")
+                continue
+            cols = st.columns(len(_FILTERS[name]) + 1)
+            mask = pd.Series(True, index=frame.index)
+            for col, field in zip(cols, _FILTERS[name], strict=False):
+                values = sorted({str(v) for v in frame[field].dropna().unique()})
+                chosen = col.multiselect(field, values, key=f"f-{key}-{name}-{field}")
+                if chosen:
+                    mask &= frame[field].astype(str).isin(chosen)
+            if "seq_id" in frame:
+                seqs = sorted({str(v) for v in frame["seq_id"].dropna().unique()})
+                chosen = cols[-1].multiselect("seq_id", seqs, key=f"f-{key}-{name}-seq")
+                if chosen:
+                    mask &= frame["seq_id"].astype(str).isin(chosen)
+            shown = frame[mask]
+            if len(shown) > TABLE_ROWS_SHOWN:
+                st.caption(f"Showing the first {TABLE_ROWS_SHOWN:,} of {len(shown):,} rows; filter, or download all.")
+                shown = shown.head(TABLE_ROWS_SHOWN)
+            display = shown.drop(columns=[c for c in ("lines",) if c in shown])
+            event = st.dataframe(display, key=f"t-{key}-{name}", on_select="rerun", selection_mode="single-row",
+                                 hide_index=True, width="stretch")
+            rows = event.selection.rows if event is not None else []
+            if rows:
+                picked = int(display.iloc[rows[0]]["line"])
+    return picked
+
+
+def show_raw(op: Opened, key: str, picked: int | None) -> None:
+    raw = raw_text(op.source)
+    if raw is None:
+        st.caption("The raw log is not available.")
+        return
+    n = max(1, raw.n_lines)
+    state_key, applied_key = f"line-{key}", f"line-applied-{key}"
+    if state_key not in st.session_state:
+        evidence = op.parsed.verdict.evidence
+        st.session_state[state_key] = min(int(evidence[0]["line"]) if evidence else 1, n)
+    # A newly picked table row moves the view; after that the number box is the user's again.
+    if picked is not None and st.session_state.get(applied_key) != picked:
+        st.session_state[state_key] = min(picked, n)
+        st.session_state[applied_key] = picked
+    line = st.number_input("Show the log around line", min_value=1, max_value=n, step=1, key=state_key)
+    st.code(format_excerpt(raw.around(int(line), RAW_CONTEXT, RAW_CONTEXT), mark=int(line)), language=None)
+
+
+def show_downloads(op: Opened, key: str) -> None:
+    result = op.parsed
+    stem = Path(op.source.name).name.split(".")[0] or "log"
+    report = _report(op.source.digest, result, op.source.name)
+    c1, c2, c3 = st.columns(3)
+    c1.download_button("Tables (Parquet, zip)", data=lambda: zip_tables(result, "parquet"),
+                       file_name=f"{stem}-tables-parquet.zip", mime="application/zip", key=f"dl-pq-{key}",
+                       on_click="ignore")
+    c2.download_button("Tables (CSV, zip)", data=lambda: zip_tables(result, "csv"),
+                       file_name=f"{stem}-tables-csv.zip", mime="application/zip", key=f"dl-csv-{key}",
+                       on_click="ignore")
+    c3.download_button("Triage report (Markdown)", data=report, file_name=f"{stem}-triage.md",
+                       mime="text/markdown", key=f"dl-md-{key}", on_click="ignore")
+    with st.expander("Triage report, ready to paste into a GitHub issue"):
+        st.code(report, language="markdown")
+
+
+def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
+    st.subheader("Compare")
+    fig = compare_figure(a.parsed, b.parsed, names=(a.source.name, b.source.name), seq_id=seq_id)
+    st.plotly_chart(fig, key="compare", config={"displaylogo": False})
+    rows = []
+    for op in (a, b):
+        v = op.parsed.verdict
+        rows.append({"source": op.source.name, "verdict": v.kind, "failing side": v.component,
+                     "position errors": v.n_position_errors, "errors": v.n_errors, "batches": v.n_batches,
+                     "resets": v.n_resets, "acceptance": _rate(v.acceptance)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+# ---- following a capture while it runs ------------------------------------------------------------
+
+
+def _jump_to_error(key: str) -> None:
+    st.session_state[f"jump-error-{key}"] = True
+
+
+def show_live_status(state: LiveState, src: Source, key: str) -> None:
+    """Where the followed log stands: still written, ended (and why), gone; the first position error."""
+    for note in state.notices:
+        st.warning(escape(note))
+    name = escape(src.name)
+    if state.waiting:
+        st.info(f"Following {name}: waiting for the capture to write raw.log (nothing yet).")
+    elif state.ended:
+        why = {"until-error": "it stopped at the first decode failure (--until-error), after its grace period",
+               "killed": "its process is gone"}.get(state.stop_reason or "", escape(state.stop_reason or "done"))
+        st.success(f"The capture has ended ({why}): this is the whole log, read {state.bytes_read / 1e6:,.1f} MB.")
+    else:
+        quiet = f"; nothing new for {state.idle_s:.0f} s" if state.idle_s >= 10 else ""
+        st.caption(f"Following {name} while it is written: {state.bytes_read / 1e6:,.1f} MB read, "
+                   f"updated every {LIVE_INTERVAL_S:g} s{quiet}.")
+    result = state.result
+    if result is None or not result.verdict.n_position_errors:
+        return
+    pos = result.errors[result.errors["last_pos"].notna() | result.errors["batch_start"].notna()]
+    first = pos.iloc[0]
+    what = " ".join(f"{k} = {int(v)}" for k, v in (("X", first["last_pos"]), ("Y", first["batch_start"]))
+                    if not pd.isna(v))
+    side = "" if pd.isna(first["component"]) else f" ({escape(str(first['component']))})"
+    c1, c2 = st.columns([4, 1])
+    c1.error(f"Position error logged at line {int(first['line'])}{side}: {what}. "
+             f"{result.verdict.n_position_errors:,} so far.")
+    c2.button("Jump to the first position error", key=f"jump-error-button-{key}", on_click=_jump_to_error,
+              args=(key,))
+
+
+@st.fragment(run_every=LIVE_INTERVAL_S)
+def live_view(src: Source) -> None:
+    """The part of the page that updates by itself: status, verdict and charts (tables wait for the end)."""
+    state = _follower(src.path or "").poll()
+    if state.ended:
+        st.rerun()  # the whole page, as for a finished log
+    key = src.digest[:12]
+    show_live_status(state, src, key)
+    result = state.result
+    if result is None:
+        return
+    if result.verdict.kind == "no_log":
+        st.info(f"No llama.cpp log lines yet in {result.lines:,} lines.")
+        return
+    op = Opened(src, result, None)
+    axis = choose_axis(result)
+    show_verdict(op, axis)
+    show_charts(op, axis, key, live=True)
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvtrace", layout="wide")
+    st.title("kvtrace: target and drafter KV positions")
+    sources, problems = gather_sources()
+    for p in problems:
+        st.error(escape(p))
+    if not sources:
+        st.info(
+            "Open a llama.cpp log on the left: upload it, paste a bug report's text, or pick a captured session "
+            "or a bundled sample. Big local logs: `kvtrace dashboard PATH`."
+        )
+        return
+    names = [s.name for s in sources]
+    pick = st.sidebar.selectbox("Show", range(len(sources)), format_func=lambda i: names[i], key="show")
+    other = [i for i in range(len(sources)) if i != pick]
+    cmp_pick = st.sidebar.selectbox("Compare with", [None, *other], key="compare-with",
+                                    format_func=lambda i: "(nothing)" if i is None else names[i])
+    src = sources[pick]
+    if src.live:
+        state = _follower(src.path or "").poll()
+        if not state.ended:
+            st.caption(f"Source: {escape(src.name)} (live)")
+            live_view(src)
+            if state.result is not None and state.result.verdict.kind != "no_log":
+                st.subheader("Tables")
+                st.caption("As of this page's last full run; the tables, the raw log and the downloads are "
+                           "complete once the capture ends.")
+                show_tables(Opened(src, state.result, None), src.digest[:12])
+            return
+        show_live_status(state, src, src.digest[:12])
+        op = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
+    else:
+        waiting = st.empty()
+        if st.session_state.get("opened") != src.digest:  # a first open: the page has no chart drawn yet
+            waiting.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
+        op = open_source(src)
+        st.session_state["opened"] = src.digest
+        waiting.empty()
+    st.caption(f"Source: {escape(op.source.name)}")
+    if op.error is not None:
+        st.error(escape(f"{op.source.name}: {op.error}"))
+        return
+    axis = capture_axis(op.source, op.parsed)
+    key = op.source.digest[:12]
+    show_verdict(op, axis)
+    if op.parsed.verdict.kind == "no_log":
+        return
+    seq_id = show_charts(op, axis, key)
+    if cmp_pick is not None:
+        other_op = open_source(sources[cmp_pick])
+        if other_op.error is not None:
+            st.error(escape(f"{other_op.source.name}: {other_op.error}"))
+        elif other_op.parsed.verdict.kind == "no_log":
+            st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
+        else:
+            show_compare(op, other_op, seq_id)
+    st.subheader("Tables")
+    picked = show_tables(op, key)
+    st.subheader("Raw log")
+    show_raw(op, key, picked)
+    st.subheader("Take it away")
+    show_downloads(op, key)
+    with st.expander("Environment (from the log)", expanded=bool(op.parsed.meta.get("gpus"))):
+        show_devices(op.parsed.meta)
+        st.json(op.parsed.meta, expanded=False)
+
+
+def show_devices(meta: dict[str, Any]) -> None:
+    """The devices the log lists and where the target's and the drafter's layers and buffers sat (the same
+    rows as the report's tables; shown as data, never as markup)."""
+    devices = device_rows(meta)
+    if devices:
+        st.caption("Devices")
+        st.dataframe(pd.DataFrame(devices), hide_index=True)
+    line = layout_line(meta)
+    if line:
+        st.text(line)
+    placed = placement_rows(meta)
+    if placed:
+        st.caption("Placement: the target's and the drafter's layers and buffers per device")
+        st.dataframe(pd.DataFrame(placed), hide_index=True)
+
