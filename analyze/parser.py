@@ -43,6 +43,7 @@ class ParseResult:
     verdict: Verdict
     source: str = ""
     warnings: list[str] = field(default_factory=list)
+    truncated: bool = False  # the input was read only in part (its warnings say why)
 
     @property
     def lines(self) -> int:
@@ -130,10 +131,11 @@ class StreamParser:
         return _result(self.walker, self.name, self.n_bytes, self.warnings)
 
 
-def _result(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> ParseResult:
+def _result(w: Walker, name: str, n_bytes: int, warnings: list[str], truncated: bool = False) -> ParseResult:
     t = build_all(w, name, n_bytes, warnings)
-    verdict = decide(t["errors"], t["events"], t["meta"], int(t["batches"].batch.nunique()), name)
-    return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings)
+    verdict = decide(t["errors"], t["events"], t["meta"], int(t["batches"].batch.nunique()), name,
+                     truncated=truncated)
+    return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings, truncated)
 
 
 def parse(source: Source, *, name: str | None = None, progress: bool = False, jobs: int = 1,
@@ -158,7 +160,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
         if split is not None:
             walker, warnings = split
             _manifest_flags(source, walker)
-            return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings)
+            return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings, opened.truncated)
         opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
     walker = Walker()
     bar = None
@@ -185,7 +187,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     walker.close()
     _manifest_flags(source, walker)
     size = opened.size if opened.size is not None else n_bytes
-    return _result(walker, opened.name, size, opened.warnings)
+    return _result(walker, opened.name, size, opened.warnings, opened.truncated)
 
 
 def _unpack(opened: Opened, path: Path) -> None:

@@ -346,7 +346,7 @@ def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
 
 def _side(result: ParseResult, row: pd.Series) -> str:
     """The failing side of one error row, by the verdict's rules (a log without speculation: the target)."""
-    return failing_side(row, str(row["component"]), bool(result.meta.get("speculative")))[0]
+    return failing_side(row, str(row["component"]), bool(result.meta.get("speculative")), not result.truncated)[0]
 
 
 def _before(result: ParseResult, line: int, kinds: tuple[str, ...]) -> bool:

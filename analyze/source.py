@@ -33,6 +33,12 @@ class Opened:
     size: int | None  # bytes on disk, for progress; None when unknown (stdin, pipes)
     raw: BinaryIO  # the underlying file, whose position tracks progress through a .gz
     warnings: list[str] = field(default_factory=list)
+    truncated: bool = False  # only part of the input could be read (a .gz cut short, a read error, a shrunk file)
+
+    def read_in_part(self, what: str) -> None:
+        """The input stopped early: say so once per cause and keep what was read."""
+        self.truncated = True
+        self.warnings.append(f"{self.name}: {what}; read what was there")
 
 
 def resolve_path(source: str | os.PathLike[str]) -> Path:
@@ -115,7 +121,7 @@ class GzipReader(io.RawIOBase):
         return out
 
     def _warn(self, what: str) -> None:
-        self._opened.warnings.append(f"{self._opened.name}: {what}; read what was there")
+        self._opened.read_in_part(what)
 
     def close(self) -> None:
         self._raw.close()
@@ -127,14 +133,19 @@ def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
     carry = b""
     overlong = False
     read = opened.stream.read
+    plain = opened.stream is opened.raw or not isinstance(opened.stream, GzipReader)
+    n_read = 0
     while True:
         try:
             data = read(chunk_size)
         except OSError as exc:
-            opened.warnings.append(f"{opened.name}: read failed ({exc}); read what was there")
+            opened.read_in_part(f"read failed ({exc})")
             data = b""
         if not data:
+            if plain and opened.size is not None and n_read < opened.size:
+                opened.read_in_part(f"the file shrank while it was read ({n_read} of {opened.size} bytes)")
             break
+        n_read += len(data)
         cut = data.rfind(b"\n")
         if cut < 0:
             if overlong:

@@ -39,6 +39,7 @@ class Verdict:
     acceptance: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
+    truncated: bool = False  # the input was read only in part: what is missing may hold more
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,27 +114,29 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     return text
 
 
-def failing_side(row: pd.Series, comp: str, speculative: bool) -> tuple[str, int | None]:
+def failing_side(row: pd.Series, comp: str, speculative: bool, complete: bool = True) -> tuple[str, int | None]:
     """The side of a failure and the line that decided it.
 
     A side named by the failure's own lines (a caller, a hint, a backtrace frame) is kept with its line. A
-    log with no speculative decoding at all (no draft model, no spec/draft/MTP lines or flags) has one
-    context, so its failure is the target's, decided by the failing line itself. Anything else stays
-    `unknown`: a side is never guessed."""
+    complete log with no speculative decoding at all (no draft model, no spec/draft/MTP lines or flags) has
+    one context, so its failure is the target's, decided by the failing line itself. Anything else stays
+    `unknown`: a side is never guessed, and the absence of speculative lines in a log read only in part
+    shows nothing."""
     if comp != "unknown":
         return comp, opt_int(row["evidence_line"]) or opt_int(row["line"])
-    if not speculative:
+    if not speculative and complete:
         return "target", opt_int(row["line"])
     return "unknown", None
 
 
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
-           source: str = "") -> Verdict:
+           source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events)
     n_resets = len(reset_events(events))
     pos = errors[errors.kind == "inconsistent_positions"]
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
-            "source": source}
+            "source": source, "truncated": truncated}
+    speculative, whole_log = bool(meta.get("speculative")), not truncated
     if not pos.empty:
         complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]
         first = complete.iloc[0] if not complete.empty else pos.iloc[0]
@@ -146,7 +149,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             comp = str(known.mode().iloc[0]) if not known.empty else "unknown"
             if comp != "unknown":
                 side_row = pos[pos.component == comp].iloc[0]
-        comp, comp_line = failing_side(side_row, comp, bool(meta.get("speculative")))
+        comp, comp_line = failing_side(side_row, comp, speculative, whole_log)
         first = first.copy()
         first["component"] = comp
         first["last_pos"] = x_row["last_pos"]
@@ -161,7 +164,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         if rows.empty:
             continue
         first = rows.iloc[0]
-        comp, comp_line = failing_side(first, str(first["component"]), bool(meta.get("speculative")))
+        comp, comp_line = failing_side(first, str(first["component"]), speculative, whole_log)
         side = f"the {comp}" if comp != "unknown" else "a"
         ret = opt_int(first["ret"])
         if kind == "decode_failed":

@@ -4,7 +4,9 @@ Each command lives in a small module here and imports the heavy parts (pandas, t
 inside its body, so `kvtrace --help` loads only click. Nothing imports this package back.
 
 Exit codes: 0 the input was read (whatever it shows), 1 a command's own check failed (a capture whose
-child failed, a compare that regressed), 2 bad input or usage, with a one-line reason on stderr.
+child failed, a compare that regressed), 2 bad input or usage, or a path that cannot be read or written, with
+a one-line reason on stderr; 3 a bug in kvtrace itself (one line; KVTRACE_DEBUG=1 shows the traceback);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("kvtrace: interrupted", err=True)
         raise SystemExit(130) from None
+    except OSError as exc:  # a path that cannot be written or read (permissions, a name too long, a full disk)
+        if os.environ.get("KVTRACE_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"kvtrace: {where}{exc.strerror or exc}; check the path, its permissions and free space",
+                   err=True)
+        raise SystemExit(2) from None
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if os.environ.get("KVTRACE_DEBUG"):
             raise

@@ -57,15 +57,23 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
             yield src
 
 
+def warn(message: str) -> None:
+    click.echo(f"kvtrace: warning: {message}", err=True)
+
+
 def parse_or_none(src: str, progress: bool, jobs: int = 1) -> ParseResult | None:
-    """Parse one log; a log that cannot be read is reported in one line and gives None."""
+    """Parse one log; a log that cannot be read is reported in one line and gives None. What was read only in
+    part (a .gz cut short, a file that shrank) is said on stderr, whatever the command does with the result."""
     import analyze
 
     try:
-        return analyze.parse(src, progress=progress, jobs=jobs)
+        result = analyze.parse(src, progress=progress, jobs=jobs)
     except analyze.InputError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         return None
+    for w in result.warnings:
+        warn(w)
+    return result
 
 
 def parse_or_fail(src: str, progress: bool | None) -> ParseResult:

@@ -63,10 +63,9 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
         written = analyze.write_tables(result, target)
         summary = {"source": src, "out": str(target), "files": [p.name for p in written],
                    "batches": len(result.batches), "kv": len(result.kv), "errors": len(result.errors),
-                   "events": len(result.events), "kind": result.verdict.kind}
+                   "events": len(result.events), "kind": result.verdict.kind, "truncated": result.truncated,
+                   "warnings": result.warnings}
         summaries.append(summary)
-        for w in result.warnings:
-            click.echo(f"kvtrace: warning: {w}", err=True)
         if not as_json:
             click.echo(f"{src}: {summary['batches']} batches, {summary['kv']} kv rows, {summary['errors']} errors, "
                        f"{summary['events']} events -> {target}/ ({result.verdict.kind})")

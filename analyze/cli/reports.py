@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.options import fail, parse_or_fail, progress_option, want_progress
+from analyze.cli.options import fail, parse_or_fail, progress_option, want_progress, warn
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -117,6 +117,8 @@ def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | N
     for r in rows:
         if r.error:
             click.echo(f"kvtrace: {r.error}", err=True)
+        for w in r.warnings:
+            warn(w)
     good = cluster(rows)
     click.echo(to_csv(good) if as_csv else to_markdown(good), nl=False)
     if len(good) != len(rows):

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from analyze.devices import device_rows, layout_line, placement_rows
-from analyze.signatures import SignatureMatch, match_signature, plain_summary
 from analyze.overview import Overview, overview
 from analyze.positions import XAxis, stored_positions
+from analyze.signatures import SignatureMatch, match_signature, plain_summary
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
@@ -75,10 +75,24 @@ _SIDE: dict[str, str] = {
 }
 
 
+READ_IN_PART = ("the input ended early (a compressed file cut short, a read error or a file that shrank); the "
+                "verdict covers only the lines that were read, and what is missing may hold more.")
+
+
 def advice(kind: str, component: str = "unknown") -> str:
     """One plain paragraph: what this verdict means and what to try next."""
     text = _ADVICE.get(kind, _ADVICE["other"])
     return text.format(side_sentence=_SIDE.get(component or "unknown", _SIDE["unknown"]))
+
+
+def what_to_do(result: ParseResult, sig: SignatureMatch | None = None) -> tuple[str, list[str]]:
+    """What the verdict means and the next steps, filled from this log (its build, devices, flags and spec
+    type): the one source of advice for the report and the dashboard. A named signature's explanation fits
+    the log better than the per-kind paragraph. Markdown of the tool's own (log values only in code spans)."""
+    sig = sig if sig is not None else match_signature(result)
+    side = (result.verdict.component or "unknown") if len(result.errors) else "none"
+    text = escape(sig.signature.explanation) if sig.name != "unclassified" else advice(result.verdict.kind, side)
+    return text, list(sig.steps)
 
 
 def fence(lines: Iterable[str], info: str = "text") -> str:
@@ -249,6 +263,8 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     out.append(Prose(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
                      + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else "")))
     out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
+    if result.truncated:
+        out.append(Prose(f"**Read in part:** {READ_IN_PART}"))
     if verdict.last_pos is not None and verdict.batch_start is not None:
         out.append(Prose(
             f"**First position error:** the KV cache held up to X = {_num(verdict.last_pos)}, the batch "
@@ -280,8 +296,8 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     summary = plain_summary(verdict)  # never a quote from the log outside a fence
     if summary:
         out.append(Prose(escape(summary)))
-    # A specific signature refines the per-kind advice (its explanation and steps fit this log better).
-    out.append(Prose(escape(sig.signature.explanation) if sig.name != "unclassified" else advice(verdict.kind, side)))
+    explanation, steps = what_to_do(result, sig)
+    out.append(Prose(explanation))
     evidence = _evidence_lines(verdict, sig)
     if evidence:
         out += [Prose("**Evidence** (line numbers in the log):"), Code(evidence)]
@@ -297,8 +313,8 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     if env:
         out += [Prose("**Environment** (from the log):"), Code(env)]
     out += device_blocks(result.meta or {})
-    if sig.steps:
-        out += [Prose("**Next steps:**"), Bullets(sig.steps)]
+    if steps:
+        out += [Prose("**Next steps:**"), Bullets(steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
     return out
 

@@ -38,6 +38,8 @@ class TriageRow:
     cluster: int = 0
     source: str = ""
     error: str = ""  # the one-line reason a log could not be read (then the rest is empty)
+    truncated: bool = False  # read only in part
+    warnings: tuple[str, ...] = ()
 
 
 COLUMNS = ("cluster", "report", "signature", "side", "key", "kind", "seq_id", "x", "y", "position_errors",
@@ -66,7 +68,7 @@ def triage_row(source: str) -> TriageRow:
         x=v.last_pos, y=v.batch_start, position_errors=int(v.n_position_errors), failures=len(result.errors),
         spec_type=m.env.spec_type, build=m.env.build, gpus=m.env.n_gpus or None,
         acceptance=(v.acceptance or {}).get("rate"),
-        source=source,
+        source=source, truncated=result.truncated, warnings=tuple(result.warnings),
     )
 
 
