@@ -9,7 +9,7 @@ the stored position of the side that failed, so it is added to that side.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -105,6 +105,29 @@ def sequences(result: ParseResult) -> list[int]:
         col = getattr(result, name)["seq_id"]
         ids.update(int(v) for v in pd.to_numeric(col, errors="coerce").dropna().unique() if v >= 0)
     return sorted(ids)
+
+
+def batches_per_sequence(result: ParseResult) -> dict[int, int]:
+    """How many batches carried each sequence the tables mention (0 for one seen only in kv or errors)."""
+    counts = dict.fromkeys(sequences(result), 0)
+    b = result.batches
+    if len(b):
+        seq = pd.to_numeric(b["seq_id"], errors="coerce")
+        per = b.assign(seq=seq)[seq >= 0].groupby("seq")["batch"].nunique()
+        counts.update({int(cast(float, k)): int(v) for k, v in per.items()})
+    return counts
+
+
+def opening_sequence(result: ParseResult) -> int | None:
+    """The sequence a view opens on: the failing one, else the busiest (a server with -np auto puts its one
+    client on whichever slot it picks, and its warm-up batches on sequence 0), else the smallest id."""
+    counts = batches_per_sequence(result)
+    if not counts:
+        return None
+    failing = result.verdict.seq_id
+    if failing is not None and int(failing) in counts:
+        return int(failing)
+    return max(counts, key=lambda s: (counts[s], -s))
 
 
 def _seq_mask(frame: pd.DataFrame, seq_id: int | None) -> pd.Series:

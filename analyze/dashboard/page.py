@@ -18,16 +18,24 @@ import pandas as pd
 import streamlit as st
 
 import analyze
-from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.dashboard import preload
-from analyze.views.bundle import zip_tables
-from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.dashboard.follow import Follower, LiveState
-from analyze.overview import overview
-from analyze.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
+from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
-from analyze.views.report import advice, escape, markdown_report
+from analyze.devices import device_rows, layout_line, placement_rows
+from analyze.overview import overview
+from analyze.positions import (
+    XAxis,
+    batches_per_sequence,
+    choose_axis,
+    default_tolerance,
+    first_divergence,
+    opening_sequence,
+    sequences,
+)
+from analyze.views.bundle import zip_tables
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
+from analyze.views.report import escape, markdown_report, what_to_do
 from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
 
 if TYPE_CHECKING:
@@ -231,6 +239,21 @@ def gather_sources() -> tuple[list[Source], list[str]]:
 # ---- the page ------------------------------------------------------------------------------------
 
 
+def headline(result: ParseResult) -> str:
+    """The verdict in a few words: a run with nothing failed reads as healthy, not by the verdict's kind."""
+    v = result.verdict
+    if not len(result.errors) and v.kind == "draft_stats_only":
+        return "Healthy"
+    if not len(result.errors) and v.kind == "other":
+        return "No failure found"
+    return f"Verdict: {v.kind.replace('_', ' ')}"
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _what_to_do(digest: str, _result: ParseResult) -> tuple[str, list[str]]:
+    return what_to_do(_result)
+
+
 def show_verdict(op: Opened, axis: XAxis) -> None:
     result = op.parsed
     v = result.verdict
@@ -243,9 +266,11 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         ))  # fmt: skip
         return
     ov = overview(result)
-    st.subheader(f"Verdict: {v.kind.replace('_', ' ')}")
-    cols = st.columns(6)
-    cols[0].metric("Failing side", v.component if v.kind not in ("draft_stats_only",) else "none")
+    st.subheader(headline(result))
+    st.caption("For the whole log; the charts below follow the sequence picked beside them.")
+    failed = bool(len(result.errors))
+    cols = st.columns(4)
+    cols[0].metric("Failing side", v.component if failed else "none")
     d = ov.first_divergence
     if d is not None:
         how = f"gap {int(d.delta)}" if d.source == "error" else f"drafter {d.delta:+g}"
@@ -254,9 +279,11 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         cols[1].metric("First divergence", "none")
     cols[2].metric("Position errors", f"{v.n_position_errors:,}")
     cols[3].metric("All errors", f"{ov.n_errors:,}", f"{ov.n_resets:,} resets", delta_color="off", delta_arrow="off")
-    cols[4].metric("Batches", f"{ov.n_batches:,}", f"target {ov.n_target:,} / drafter {ov.n_drafter:,}",
-                   delta_color="off", delta_arrow="off")
-    cols[5].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off",
+    cols = st.columns(4)
+    cols[0].metric("Batches", f"{ov.n_batches:,}")
+    cols[1].metric("Target batches", f"{ov.n_target:,}")
+    cols[2].metric("Drafter batches", f"{ov.n_drafter:,}")
+    cols[3].metric("Draft acceptance", _rate(ov.acceptance), _acc_detail(ov.acceptance), delta_color="off",
                    delta_arrow="off")
     if v.last_pos is not None and v.batch_start is not None:
         st.markdown(
@@ -265,7 +292,11 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         )
     if v.summary:
         st.markdown(escape(v.summary))
-    st.markdown(advice(v.kind, v.component))
+    explanation, steps = _what_to_do(op.source.digest, result)
+    if failed or not v.summary:  # a healthy run's summary says it all: one sentence, not two
+        st.markdown(explanation)
+    if steps:
+        st.markdown("**Next steps:**\n" + "\n".join(f"- {s}" for s in steps))
 
 
 def _rate(acc: dict[str, Any]) -> str:
@@ -276,14 +307,20 @@ def _acc_detail(acc: dict[str, Any]) -> str | None:
     return f"{acc.get('accepted')} of {acc.get('generated')} drafted" if acc else None
 
 
+def sequence_label(seq_id: int, n_batches: int) -> str:
+    return f"{seq_id} ({n_batches:,} batch{'es' if n_batches != 1 else ''})"
+
+
 def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
     result = op.parsed
     seqs = sequences(result)
     c1, c2, c3 = st.columns([1, 1, 3])
     seq_id: int | None = None
     if seqs:
-        default = result.verdict.seq_id if result.verdict.seq_id in seqs else seqs[0]
-        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default), key=f"seq-{key}")
+        counts = batches_per_sequence(result)
+        default = opening_sequence(result)
+        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default) if default in seqs else 0,
+                              key=f"seq-{key}", format_func=lambda s: sequence_label(s, counts.get(s, 0)))
     tol = c2.number_input(
         "Apart when more than", min_value=0.0, value=float(default_tolerance(result)), step=1.0, key=f"tol-{key}",
         help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block; the "
@@ -414,8 +451,11 @@ def show_tables(op: Opened, key: str) -> int | None:
     """Filterable tables; returns the log line of the row the user picked."""
     result = op.parsed
     picked: int | None = None
-    tabs = st.tabs([f"{_TITLES[n]} ({len(getattr(result, n))})" for n in _FILTERS], key=f"tabs-{key}",
-                   on_change="rerun")
+    n_batches = int(result.batches["batch"].nunique()) if len(result.batches) else 0
+    # the batches table has a row per sequence of a batch: say both, so the count matches the headline's
+    labels = [f"Batches ({n_batches:,} batches, {len(result.batches):,} rows)" if n == "batches"
+              else f"{_TITLES[n]} ({len(getattr(result, n)):,})" for n in _FILTERS]
+    tabs = st.tabs(labels, key=f"tabs-{key}", on_change="rerun")
     for tab, name in zip(tabs, _FILTERS, strict=True):
         if not tab.open:
             continue
@@ -510,7 +550,8 @@ def show_live_status(state: LiveState, src: Source, key: str) -> None:
         st.warning(escape(note))
     name = escape(src.name)
     if state.waiting:
-        st.info(f"Following {name}: waiting for the capture to write raw.log (nothing yet).")
+        what = "raw.log" if src.path is None or Path(src.path).exists() else "its folder or file"
+        st.info(f"Following {name}: waiting for the capture to write {what} (nothing yet).")
     elif state.ended:
         why = {"until-error": "it stopped at the first decode failure (--until-error), after its grace period",
                "killed": "its process is gone"}.get(state.stop_reason or "", escape(state.stop_reason or "done"))
@@ -554,6 +595,19 @@ def live_view(src: Source) -> None:
     show_charts(op, axis, key, live=True)
 
 
+def _show_newest(sources: list[Source]) -> None:
+    """A log opened after the first run (an upload, a paste, a sample picked) is the one shown: picking a
+    sample while a path is open shows the sample. The first run shows the first source."""
+    seen = st.session_state.get("seen-sources")
+    digests = [s.digest for s in sources]
+    new = [i for i, d in enumerate(digests) if seen is not None and d not in seen]
+    if new:
+        st.session_state["show"] = new[-1]
+    elif st.session_state.get("show", 0) >= len(sources):
+        st.session_state["show"] = 0  # the one shown was closed
+    st.session_state["seen-sources"] = set(digests)
+
+
 def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
@@ -567,10 +621,15 @@ def main() -> None:
         )
         return
     names = [s.name for s in sources]
+    _show_newest(sources)
     pick = st.sidebar.selectbox("Show", range(len(sources)), format_func=lambda i: names[i], key="show")
     other = [i for i in range(len(sources)) if i != pick]
-    cmp_pick = st.sidebar.selectbox("Compare with", [None, *other], key="compare-with",
-                                    format_func=lambda i: "(nothing)" if i is None else names[i])
+    cmp_pick: int | None = None
+    if other:
+        cmp_pick = st.sidebar.selectbox("Compare with", [None, *other], key="compare-with",
+                                        format_func=lambda i: "(nothing)" if i is None else names[i])
+    else:
+        st.sidebar.caption("To compare, open a second log: upload, paste or pick one above.")
     src = sources[pick]
     if src.live:
         state = _follower(src.path or "").poll()
