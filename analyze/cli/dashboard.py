@@ -35,6 +35,7 @@ def child_setup(follow: bool) -> Callable[[], None]:
 
     def setup() -> None:
         die_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # started as a background job, SIGINT was inherited ignored
         if follow:
             os.nice(FOLLOW_NICE)
 
@@ -55,6 +56,9 @@ def serve(dash: Dashboard) -> int:
         raise _Stopped
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops the server whatever this process inherited (a background job or `nohup ... &` starts with
+    # SIGINT ignored, and the server then outlived a `kill -INT`)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return dash.proc.wait()
     except (KeyboardInterrupt, _Stopped):
@@ -62,6 +66,7 @@ def serve(dash: Dashboard) -> int:
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if dash.proc.poll() is None:  # any other way out of here: never leave the server behind
             dash.stop()
 
@@ -70,8 +75,13 @@ def _check_follow(source: Path | None) -> None:
     if source is None:
         raise click.UsageError("--follow needs a SESSION folder or a LOG file to follow")
     log = source / "raw.log" if source.is_dir() else source
+    if not source.exists():
+        # a capture started beside the dashboard (`kvtrace capture engine --out live & kvtrace dashboard live -f`)
+        # makes its folder a moment later: the page waits for it, as it waits for a session's raw.log
+        click.echo(f"kvtrace dashboard: {source} does not exist yet; the page waits for it to appear", err=True)
+        return
     if not source.is_dir() and not source.is_file():
-        raise click.UsageError(f"{source}: no such log file or session folder")
+        raise click.UsageError(f"{source}: not a log file or a session folder")
     try:
         with open(log, "rb") as fh:
             magic = fh.read(2)
@@ -101,6 +111,9 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
     """
     from analyze.source import InputError, resolve_path
 
+    if source is not None and str(source) == "-":
+        raise click.UsageError("the dashboard cannot read stdin: save the log to a file and pass its path, or "
+                               "start it without one and upload or paste the log in the page")
     if follow:
         _check_follow(source)
     elif source is not None:

@@ -72,6 +72,7 @@ class Follower:
 
     def __init__(self, path: Path, *, interval_s: float = 1.0, share: float = SNAPSHOT_SHARE) -> None:
         path = Path(path)
+        self.path = path
         self.session = path if path.is_dir() else None
         self.log = path / RAW_LOG if path.is_dir() else path
         self.interval_s = interval_s
@@ -158,7 +159,16 @@ class Follower:
                 waiting=self._f is None and not self._ended,
             )  # fmt: skip
 
+    def _locate(self) -> None:
+        """A path that did not exist when following began (a capture started beside the dashboard has not made
+        its folder yet) is a session folder once it appears as one."""
+        if self.session is None and self.log == self.path and self.path.is_dir():
+            self.session, self.log = self.path, self.path / RAW_LOG
+            self.parser.name = self.log.name
+
     def _advance(self) -> None:
+        if self._f is None:
+            self._locate()
         if self._f is None and not self._open():
             ended, reason = capture_end(self._manifest())
             if ended:  # a capture that ended without ever writing raw.log
