@@ -452,6 +452,7 @@ def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
 
 HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers
 HIDDEN_SPEC = ("n_embd", "hidden", "embd")  # size checks that only point at target/drafter in a speculative run
+EMBD_VARIANTS = ("embd_mismatch", "embd_differs")  # the table's entries for a target/drafter embedding-size check
 
 
 def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
@@ -460,7 +461,7 @@ def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
     spec = bool(result.meta.get("speculative"))
     for _, row in rows.iterrows():
         text = " ".join(t for _, t in lines_of(row["lines"])[:3])
-        if row["variant"] == "embd_mismatch" or any(k in text for k in HIDDEN_ALWAYS) or (
+        if row["variant"] in EMBD_VARIANTS or any(k in text for k in HIDDEN_ALWAYS) or (
                 spec and any(k in text for k in HIDDEN_SPEC)):
             return Match("an assert on the hidden states or embeddings the drafter reads from the target: the two "
                          "models disagree on a size or the target's graph does not expose the layers the drafter "
