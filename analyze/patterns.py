@@ -6,10 +6,13 @@ look-around (so they also run on RE2/Rust engines) and are searched, not anchore
 with prefixes, markdown noise or stray characters glued on by interleaved stdout.
 
 `anchor` is a literal that every matching line contains: the walker tests it with `in` before running
-the regex, which keeps the hot loop cheap. `examples` are log lines the entry is for, one per wording,
-copied from real captures and reports where one exists (else built to the log-format notes, which the
-comment names): the tests check that each holds the anchor, matches the regex and goes to its own entry. References (F-xx, S-xx, section numbers) point into the
+the regex, which keeps the hot loop cheap. References (F-xx, S-xx, section numbers) point into the
 project's log-format notes.
+
+`examples` are the lines an entry is for, one per wording: copied from the real captures and reports
+(tests/fixtures, samples) where they have one; otherwise the comment above them says where they come
+from (built to the log-format notes, or read by another test). tests/analyze/test_patterns.py checks
+that each holds the anchor, matches the regex and is given to its own entry by the walker's lookup.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Pattern:
     component: str = "unknown"
     builds: str = "upstream"
     extra: dict[str, str] = field(default_factory=dict)
-    examples: tuple[str, ...] = ()  # real lines it reads (tests/analyze/test_patterns.py holds it to them)
+    examples: tuple[str, ...] = ()  # the lines it is for, one per wording (see above)
 
 
 def _p(name: str, family: str, anchor: str, regex: str, **kw: object) -> Pattern:
@@ -104,24 +107,24 @@ PATTERNS: tuple[Pattern, ...] = (
     # ---- batch validation failures that return -1 (§3.2)
     _p("not_continuous", "failure", "positions are not continuous",
        r"sequence (?P<seq>\d+) positions are not continuous", kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E init: sequence 0 positions are not continuous",)),
     _p("decreasing", "failure", "positions are decreasing",
        r"sequence (?P<seq>\d+) positions are decreasing", kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E init: sequence 0 positions are decreasing (not allowed)",)),
     _p("diverged", "failure", "in the input batch, but have",
        r"sequence (?P<seq>\d+) is coupled to (?P<other>\d+) in the input batch, but have div\w*ged",
        kind="decode_failed",
-       # examples: built to the log-format notes, §3.2 (sic)
+       # examples: built to the log-format notes §3.2 (sic: divereged)
        examples=("0.01.000.002 E init: sequence 1 is coupled to 0 in the input batch, but have divereged",)),
     _p("incompatible_sets", "failure", "incompatible sequence sets",
        r"sequence (?P<seq>\d+) belongs to incompatible sequence sets", kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E init: sequence 1 belongs to incompatible sequence sets (not allowed)",)),
     _p("coupled_split", "failure", "coupled sequences in the input batch",
        r"sequential split is not supported when there are coupled sequences", kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E split_equal: sequential split is not supported when there are coupled sequences in the input batch (you may need to use the -kvu flag)",)),
     _p("seq_not_from_last", "failure", "does not start from the last position",
        r"sequence (?P<seq>\d+) does not start from the last position stored in the memory", kind="decode_failed",
@@ -129,11 +132,11 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("Processing Prompt (1 / 1 tokens)init: sequence 0 does not start from the last position stored in the memory",)),
     _p("invalid_token", "failure", "invalid token[", rf"invalid token\[(?P<i>\d+)\] = (?P<token>{INT})",
        kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E init: invalid token[3] = 151936",)),
     _p("invalid_seq_id", "failure", "invalid seq_id[",
        rf"invalid seq_id\[(?P<i>\d+)\]\[\d+\] = (?P<seq>{INT}) >= (?P<max>\d+)", kind="decode_failed",
-       # examples: built to the log-format notes, §3.2
+       # examples: built to the log-format notes §3.2
        examples=("0.01.000.002 E init: invalid seq_id[0][0] = 4 >= 4",)),
     # ---- decode / encode failures (§4) and the callers that say which side failed (§2.3, §6, §7)
     _p("init_failed", "failure", "failed to initialize batch", r"failed to initialize batch",
@@ -142,7 +145,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("llama_decode_ret", "failure", "code, ret =",
        rf"llama_(?:de|en)code: failed to (?:de|en)code, ret = (?P<ret>{INT})",
        kind="decode_failed", extra={"stage": "2"},
-       # examples: the encode wording: the log-format notes, §4
+       # examples: the second built to the log-format notes §4
        examples=("3.28.378.764 E llama_decode: failed to decode, ret = -1",
                  "1.02.345.607 E llama_encode: failed to encode, ret = -1")),
     _p("dflash_drafter_failed", "failure", "drafter decode failed",
@@ -152,25 +155,26 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("dflash_batch_failed", "failure", "dflash batch: decode failed",
        rf"dflash batch: decode failed with (?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="beellama.cpp v0.2-v0.3 (F-50)", extra={"stage": "3"},
-       # examples: built to the log-format notes, §2.3 F-50, §8
+       # examples: built to the log-format notes §2.3 F-50 (quoted in §8)
        examples=("1.02.345.690 E dflash batch: decode failed with -1",)),
     _p("ctx_dft_failed", "failure", "ctx_dft)",
        rf"llama_(?:(?:de|en)code|process)\(ctx_dft\)[^\n]*?rc=(?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="upstream EAGLE3/MTP/draft-dflash, forks", extra={"stage": "3"},
-       # examples: the process wording: upstream-spec-types (ERR :1232)
+       # examples: the others built to the upstream speculative-type notes (ERR :1232) and the log-format notes §7
        examples=("3.28.378.765 E spec flush_deferr: llama_decode(ctx_dft) deferred flush failed rc=-1",
-                 "0.01.000.000 E spec      process: llama_process(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)")),
+                 "0.01.000.000 E spec      process: llama_process(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)",
+                 "0.01.000.000 E spec      process: llama_encode(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)")),
     _p("draft_decode_returned", "failure", " returned ",
        rf"draft\w*: llama_(?:decode|process)(?:\[\d+\])? returned (?P<ret>{INT})", kind="decode_failed",
        component="drafter", builds="upstream draft-simple/draft-dflash, MTP forks", extra={"stage": "3"},
-       # examples: the [i] wording: the log-format notes, §7
+       # examples: the second from the field notes §9, the third built to the log-format notes §7
        examples=("0.44.777.485 W draft: llama_decode returned -1",
                  "W draft: llama_process returned 1",
                  "1.00.000.100 E spec        draft: llama_decode[0] returned -1")),
     _p("draft_batch_failed", "failure", "failed to decode draft batch",
        rf"failed to decode draft batch, ret = (?P<ret>{INT})", kind="decode_failed", component="drafter",
        extra={"stage": "3"},
-       # examples: built to the log-format notes, §7
+       # examples: built to the log-format notes §7
        examples=("1.00.000.100 E spec      process: failed to decode draft batch, ret = -1",)),
     _p("speculative_batch_failed", "failure", "failed to process speculative batch",
        r"failed to process speculative batch", kind="decode_failed", component="drafter",
@@ -179,24 +183,26 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("invalid_input_batch", "failure", "Invalid input batch",
        rf"Invalid input batch\.? (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), ret = (?P<ret>{INT})",
        kind="decode_failed", component="target", extra={"stage": "4"},
+       # examples: the second the log-format notes' example, §6
        examples=("srv  update_slots: Invalid input batch. i = 0, n_batch = 2048, ret = -1",
                  "3.01.002.003 E srv        decode: Invalid input batch. off = 0, n_batch = 2048, ret = -1")),
     _p("compute_error", "failure", "Compute error",
        rf"Compute error\.? (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), ret = (?P<ret>{INT})",
        kind="decode_failed", component="target", extra={"stage": "4"},
-       # examples: built to the log-format notes, §6
-       examples=("3.01.002.003 E srv        decode: Compute error. off = 0, n_batch = 2048, ret = -3",)),
+       # examples: built to the log-format notes §6 (off) and §2.4 S-21 (i)
+       examples=("3.01.002.003 E srv        decode: Compute error. off = 0, n_batch = 2048, ret = -3",
+                 "srv  update_slots: Compute error. i = 0, n_batch = 2048, ret = -3")),
     _p("context_exceeded", "failure", "Context size has been exceeded",
        rf"Context size has been exceeded\.?(?: (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), "
        rf"ret = (?P<ret>{INT}))?", kind="kv_slot", component="target", extra={"stage": "4"},
-       # examples: built to the log-format notes, §6, §2.4 S-21
+       # examples: built to the log-format notes §6 (off) and §2.4 S-21 (i)
        examples=("3.01.002.003 E srv        decode: Context size has been exceeded. off = 0, n_batch = 2048, ret = 1",
                  "3.01.002.003 E srv  update_slots: Context size has been exceeded. i = 0, n_batch = 2048, ret = 1")),
     _p("kv_cache_full", "failure", "KV cache is full",
        rf"KV cache is full(?:[^\n]*?ret = (?P<ret>{INT}))?", kind="kv_slot", component="target",
        builds="server 2024 (failed to decode the batch: KV cache is full - try increasing it via the context size)",
        extra={"stage": "4"},
-       # examples: the 2024 server's wording (tests/analyze/test_walker.py; no capture has one)
+       # examples: the 2024 server's wording as tests/analyze/test_walker.py reads it (no capture has one)
        examples=("srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size, i = 0, n_batch = 512, ret = 1",)),
     _p("no_kv_slot_old", "failure", "failed to find KV cache slot",
        r"failed to find KV cache slot(?: for ubatch of size (?P<n_tokens>\d+))?", kind="kv_slot",
@@ -204,7 +210,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("decode: failed to find KV cache slot for ubatch of size 454",)),
     _p("request_exceeds_context", "failure", "exceeds the available context size",
        r"exceeds the available context size", kind="kv_slot", component="target", extra={"stage": "4"},
-       # examples: no capture has one
+       # examples: llama-server's send_error with this wording (no capture has one)
        examples=("srv  send_error: task id = 0, error: the request exceeds the available context size, try increasing it",)),
     _p("server_decode_failed", "failure", "failed to decode the batch",
        rf"failed to decode the batch, n_batch = (?P<n_batch>\d+), ret = (?P<ret>{INT})",
@@ -215,7 +221,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("python_decode_raise", "failure", "llama_decode returned",
        rf"(?:RuntimeError|ValueError|Exception|Error)\b\W*llama_decode returned (?P<ret>{INT})", kind="decode_failed",
        builds="llama-cpp-python (Llama.eval raises)", extra={"stage": "4"},
-       # examples: built to the log-format notes, §10.6
+       # examples: the exception the log-format notes quote, §10.6
        examples=("RuntimeError: llama_decode returned -1",)),
     _p("go_kv_slot", "failure", "could not find a kv cache slot",
        r"could not find a kv cache slot(?: \(length: (?P<n_tokens>\d+)\))?", kind="kv_slot",
@@ -224,8 +230,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("go_decode_panic", "failure", "failed to decode batch",
        r"(?:panic: |msg=\"?)failed to decode batch(?:: (?P<msg>.*))?", kind="decode_failed",
        builds="ollama runner (Go panic or level=ERROR line)", extra={"stage": "4"},
-       # examples: the level=ERROR form (tests/analyze/test_walker.py)
-       examples=("panic: failed to decode batch: llama_decode failed with code -1",)),
+       # examples: ollama's runner, both forms, with a decode error other than the KV slot one (no capture has one)
+       examples=("panic: failed to decode batch: llama_decode failed with code -1",
+                 'time=2025-05-26T18:51:32.027Z level=ERROR source=runner.go:360 msg="failed to decode batch" error="llama_decode failed with code -1"')),
     _p("invalid_input_batch_msg", "failure", "Invalid input batch",
        r"[\'\"]message[\'\"]\s*:\s*[\'\"]Invalid input batch", kind="decode_failed", component="target",
        builds="llama-server's HTTP 500 body as a client (Python openai, requests) raises it", extra={"stage": "4"},
@@ -234,7 +241,7 @@ PATTERNS: tuple[Pattern, ...] = (
        rf"(?:failed to decode the batch|Invalid input batch|Compute error|failed to decode)[^|\n]*\|[^\n]*?\bret=(?P<ret>{INT})",
        kind="decode_failed", component="target", builds="server 2024, ik_llama.cpp (`ERR [ fn ] msg | key=value`)",
        extra={"stage": "4"},
-       # examples: tests/analyze/test_walker.py
+       # examples: as tests/analyze/test_walker.py reads it (no capture has one)
        examples=('ERR [              update_slots] failed to decode the batch | tid="140478308075456" timestamp=1724599956 i=0 n_batch=512 ret=-1',)),
     _p("cannot_decode_encoder", "failure", "use llama_encode() instead",
        r"cannot decode batches with this context \(use llama_encode\(\) instead\)", kind="decode_failed",
@@ -247,7 +254,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("draft_ctx_create_failed", "failure", "failed to create",
        r"failed to create (?:the )?(?:shared )?(?P<what>MTP|draft|DFlash|EAGLE\d?|speculative|drafter)\w*(?: drafter)? context",
        kind="load", component="drafter", extra={"stage": "2"},
-       # examples: the others: the log-format notes, §6, §2.4 S-04
+       # examples: the others built to the log-format notes §6 and §2.4 S-04
        examples=("E srv    load_model: failed to create MTP context",
                  "E srv    load_model: failed to create draft context",
                  "E srv    load_model: failed to create shared DFlash drafter context")),
@@ -261,17 +268,17 @@ PATTERNS: tuple[Pattern, ...] = (
                  "srv    load_model: failed to load draft model, 'C:\\Qwen3.5-0.8B-Q4_K_M.gguf'")),
     _p("draft_not_valid", "failure", "is not a valid DFlash drafter", r"is not a valid DFlash drafter",
        kind="load", component="drafter", builds="beellama.cpp (S-02)", extra={"stage": "2"},
-       # examples: built to the log-format notes, §2.4 S-02
+       # examples: built to the log-format notes §2.4 S-02
        examples=("E srv    load_model: draft model 'dflash.gguf' is not a valid DFlash drafter: missing complete DFlash metadata",)),
     _p("draft_vocab_mismatch", "failure", "draft model vocab",
        r"draft model vocab type must match target model", kind="load", component="drafter", extra={"stage": "2"},
-       # examples: built to the log-format notes, §2.8
-       examples=("E common_speculative_are_compatible: draft model vocab type must match target model to use speculation but target vocab type 2 != draft vocab type 1",)),
+       # examples: built to the log-format notes §2.8 (the end as upstream's common/speculative.cpp words it)
+       examples=("E common_speculative_are_compatible: draft model vocab type must match target model to use speculation but vocab_type_dft = 1 while vocab_type_tgt = 2",)),
     # one entry per anchor: no literal is in all three wordings
     _p("embd_mismatch", "failure", "match",
        r"(?:n_embd|hidden[ _]size|embedding (?:size|length))[^\n]{0,60}?(?:mismatch|does not match)",
        kind="load", extra={"stage": "2"},
-       # examples: no capture has these
+       # examples: no capture has one: the first as tests/analyze/test_walker.py reads it, the second a DFlash contract check's
        examples=("common_speculative_impl_draft_eagle3: draft n_embd 4096 does not match target hidden size 5120",
                  "dflash: invalid contract: drafter/target n_embd mismatch")),
     _p("embd_differs", "failure", "differs",
@@ -292,7 +299,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
     _p("rc_failed", "failure", "rc=", rf"\bfailed\b[^\n]*?\brc=(?P<ret>{INT})", kind="decode_failed",
        extra={"stage": "3"},
-       # examples: no capture has one
+       # examples: any other call that failed with an rc= (no capture has one)
        examples=("E spec      prepare: chain decode failed rc=-1",)),
     # ---- no room in the KV cache (§4, §5, §6)
     _p("no_memory_slot", "failure", "failed to find a memory slot",
@@ -306,21 +313,21 @@ PATTERNS: tuple[Pattern, ...] = (
                  "1148.24.913.094 W srv              update_slots: failed to find free space in the KV cache, retrying with smaller batch size - try increasing it via total context size or enabling defragmentation, i = -32, n_batch = 32, ret = 1")),
     _p("ubatch_prepare", "failure", "failed to prepare",
        r"failed to prepare (?P<what>attention|recurrent) ubatches", kind="kv_slot", extra={"stage": "1"},
-       # examples: the recurrent wording: the log-format notes, §5
+       # examples: the second built to the log-format notes §5
        examples=("29.22.010.153 E init_batch: failed to prepare attention ubatches",
                  "0.01.000.000 E init_batch: failed to prepare recurrent ubatches")),
     _p("no_cells", "failure", "available cells in kv cache",
        r"failed to find (?:(?P<n>\d+) )?available cells in kv cache", kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes, §5 (upstream, then the fork)
+       # examples: built to the log-format notes §5 (upstream, then the fork)
        examples=("0.01.000.000 E state_read_meta: failed to find 512 available cells in kv cache",
                  "0.01.000.000 E state_read_meta: failed to find available cells in kv cache")),
     _p("not_enough_cells", "failure", "not enough cells in kv cache", r"not enough cells in kv cache",
        kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes, §5
+       # examples: built to the log-format notes §5
        examples=("0.01.000.000 E state_read_meta: not enough cells in kv cache",)),
     _p("kv_too_small", "failure", "> size =", r"find_slot: n_tokens = (?P<n_tokens>\d+) > size = (?P<size>\d+)",
        kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes, §5
+       # examples: built to the log-format notes §5
        examples=("0.01.000.000 E find_slot: n_tokens = 1024 > size = 512",)),
     # ---- asserts and aborts
     _p("encoder_assert", "failure", "encoder requires",
@@ -332,51 +339,52 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
     _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
        extra={"stage": "0"},
+       # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
        examples=("title: Eval bug: Assertion `count > 0 && count <= ctx->penalty_last_n' failed.",)),
     _p("ggml_abort", "failure", "GGML_ABORT", r"GGML_ABORT\((?P<cond>.*)\)", kind="assert", extra={"stage": "0"},
-       # examples: the macro as a report quotes the code
-       examples=('    GGML_ABORT("failed to remove sequence %d\\n", seq_id);',)),
+       # examples: the macro as a report quotes the code (the upstream speculative-type notes)
+       examples=('    GGML_ABORT("failed to remove sequence %d\\n")',)),
     _p("segfault", "failure", "Segmentation fault", r"Segmentation fault", kind="assert", extra={"stage": "0"},
-       # examples: the shell's words for the crash
+       # examples: the shell's report of the crash (no capture has one)
        examples=("Segmentation fault (core dumped)",)),
     _p("aborted", "failure", "Aborted", r"(?:^|\s)Aborted(?: \(core dumped\))?\s*$", kind="assert", extra={"stage": "0"},
-       # examples: the shell's words for the crash
+       # examples: the shell's report of the crash (no capture has one)
        examples=("Aborted (core dumped)",)),
     _p("cuda_error", "failure", "CUDA error", r"CUDA error: (?P<cond>.*)", kind="assert", extra={"stage": "0"},
-       # examples: tests/analyze/test_walker.py
+       # examples: as tests/analyze/test_walker.py reads it (no capture has one)
        examples=("CUDA error: an illegal memory access was encountered",)),
     _p("device_lost", "failure", "DeviceLost", r"(?:ErrorDeviceLost|DeviceLostError)", kind="assert",
        extra={"stage": "0"}, builds="Vulkan",
-       # examples: Vulkan-Hpp's exception and result names
+       # examples: Vulkan-Hpp's exception and result names (no capture has one)
        examples=("terminate called after throwing an instance of 'vk::DeviceLostError'",
                  "  what():  vk::Queue::submit: ErrorDeviceLost")),
     # an RPC device that went away: ggml-rpc's RPC_STATUS_ASSERT aborts, after the socket error it saw
     _p("rpc_lost", "failure", "Remote RPC server", r"Remote RPC server crashed or returned malformed response",
        kind="assert", extra={"stage": "0"}, builds="ggml-rpc",
-       # examples: ggml-rpc (tests/analyze/test_devices.py)
+       # examples: ggml-rpc's, as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("/build/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp:509: Remote RPC server crashed or returned malformed response",)),
     _p("rpc_io", "failure", " failed (bytes_", r"(?P<op>send|recv) failed \(bytes_", kind="error",
        extra={"stage": "0"}, builds="ggml-rpc",
-       # examples: ggml-rpc (tests/analyze/test_devices.py)
+       # examples: ggml-rpc's, as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("0.02.000.000 E send failed (bytes_sent=0, size_to_send=8)",
                  "0.02.000.000 E recv failed (bytes_recv=0, size_to_recv=8)")),
     _p("rpc_connect", "failure", "Failed to connect to", r"Failed to connect to (?P<endpoint>\S+)", kind="error",
        extra={"stage": "0"}, builds="ggml-rpc",
-       # examples: ggml-rpc
+       # examples: ggml-rpc's (no capture has one)
        examples=("Failed to connect to 127.0.0.1:50052",)),
     _p("invalid_reduced_logits", "failure", "invalid reduced-logits",
        r"invalid reduced-logits (?:token (?P<token>-?\d+)|shape) in (?P<where>\w+)", kind="error",
        component="drafter", builds="beellama.cpp (F-32, F-33, F-42, F-51)", extra={"stage": "0"},
-       # examples: built to the log-format notes, §2.3 F-32, F-33
+       # examples: built to the log-format notes §2.3 F-32 and F-33
        examples=("0.14.967.966 E dflash: invalid reduced-logits token -1 in draft at row=1/16 (top_k=1 committed=382 cross_len=382)",
                  "0.14.967.966 E dflash: invalid reduced-logits shape in draft_tree (rows=15 required=16 top_k=1)")),
     _p("terminate", "failure", "terminate called", r"terminate called (?P<cond>.*)", kind="assert",
        extra={"stage": "0"},
-       # examples: libstdc++'s words
+       # examples: libstdc++'s (no capture has one)
        examples=("terminate called after throwing an instance of 'std::runtime_error'",)),
     # ---- lines that follow a failure (never start one)
     _p("decode_exception", "follow", "decode() failed", r"decode\(\) failed: (?P<msg>.*)",
-       # examples: built to the log-format notes, §6
+       # examples: built to the log-format notes §6
        examples=("3.01.002.004 E srv  update_slots: decode() failed: Invalid input batch.",)),
     _p("send_error", "follow", "send_error", r"send_error: task id = (?P<task>\d+), error: (?P<msg>.*)",
        examples=("srv    send_error: task id = 297, error: Invalid input batch.",)),
@@ -397,17 +405,17 @@ PATTERNS: tuple[Pattern, ...] = (
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "
        rf"pos_max=(?P<pos_max>{INT}) next_pos=(?P<next_pos>{INT})",
        kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (F-01)",
-       # examples: built to the log-format notes, §2.1 F-01
+       # examples: the log-format notes' example, §2.1 F-01
        examples=("1.02.345.678 W dflash: clearing stale drafter KV for seq=0 before flat draft: pos_max=259 next_pos=1361",)),
     _p("dflash_clear_seq", "event", "DFLASH_DBG clear drafter seq",
        rf"DFLASH_DBG clear drafter seq: seq=(?P<seq>\d+) reason=(?P<reason>.*?) pos_max=(?P<pos_max>{INT})",
        kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (F-02)",
-       # examples: built to the log-format notes, §2.1 F-02
+       # examples: the log-format notes' example, §2.1 F-02
        examples=("1.02.345.679 D DFLASH_DBG clear drafter seq: seq=0 reason=flat draft pos_max=259",)),
     _p("dflash_discard_ring", "event", "discarding cross-ring state",
        r"dflash: discarding cross-ring state: (?P<reason>.*)", kind="reset", component="drafter",
        builds="beellama.cpp (F-03)",
-       # examples: built to the log-format notes, §2.1 F-03
+       # examples: the log-format notes' example, §2.1 F-03
        examples=("0.41.002.117 W dflash: discarding cross-ring state: prefill flush mismatch",)),
     _p("seq_rm", "event", "memory_seq_rm [", rf"memory_seq_rm \[(?P<pos>{INT}), end\)", kind="reset",
        component="target", extra={"hint": "1"},
@@ -418,16 +426,16 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("truncate_clear", "event", "failed to truncate tokens",
        rf"failed to truncate tokens with position >= (?P<pos>{INT}) - clearing the memory", kind="reset",
        component="target",
-       # examples: built to the log-format notes, §2.4 S-21
+       # examples: built to the log-format notes §2.4 S-21
        examples=("slot update_slots: id  0 | task 94 | failed to truncate tokens with position >= 512 - clearing the memory",)),
     _p("memory_removed", "event", "removing memory module entries",
        rf"removing memory module entries for seq_id = (?P<seq>\d+), pos = \[(?P<pos>{INT}), \+inf\)",
        kind="reset",
-       # examples: built to the log-format notes, §4
+       # examples: built to the log-format notes §4
        examples=("0.01.000.000 W decode: removing memory module entries for seq_id = 0, pos = [24, +inf)",)),
     _p("purge", "event", "purging positions",
        rf"purging positions \[(?P<pos>{INT}), (?P<pos_end>{INT})\] of sequence (?P<seq>\d+)", kind="reset",
-       # examples: built to the log-format notes, §5
+       # examples: built to the log-format notes §5
        examples=("0.01.000.000 D apply_ubatch: purging positions [24, 31] of sequence 0 from KV cache",)),
     _p("context_shift", "event", "context shift",
        r"context shift, n_keep = (?P<n_keep>\d+), n_left = (?P<n_left>\d+), n_discard = (?P<n_discard>\d+)",
@@ -436,7 +444,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("checkpoint_restore", "event", "checkpoint",
        rf"restor\w* (?:speculative |context )?checkpoint(?: \(pos_min = (?P<pos_min>{INT}), pos_max = (?P<pos>{INT}))?",
        kind="checkpoint_restore", component="target",
-       # examples: built to the log-format notes, §6
+       # examples: built to the log-format notes §6
        examples=("0.01.000.000 D slot   operator(): id  0 | task 0 | restoring speculative checkpoint (pos_min = 0, pos_max = 23, size = 1024)",
                  "0.01.000.000 D slot   operator(): id  0 | task 0 | restored context checkpoint (pos_min = 0, pos_max = 23, n_tokens = 24, size = 0.062 MiB)")),
     # ---- slot life-cycle (§2.4 S-21, §6)
@@ -470,6 +478,7 @@ PATTERNS: tuple[Pattern, ...] = (
        r"#gen tokens = \s*(?P<gen_tokens>\d+), #acc tokens = \s*(?P<acc_tokens>\d+)"
        r"(?:, #mean acc len = (?P<mean_acc_len>[\d.]+))?(?:, #acc rate/pos = \((?P<acc_per_pos>[^)]*)\))?",
        kind="draft_stats",
+       # examples: the second the log-format notes' example, §2.3 F-95
        examples=("0.01.172.224 I spec common_specu: statistics     draft-dflash: #calls(b,g,a) =    1     17     17, #gen drafts =     17, #acc drafts =     5, #gen tokens =     48, #acc tokens =     5, #mean acc len = 1.29, #acc rate/pos = (0.294), dur(b,g,a) = 0.002, 15.220, 0.007 ms",
                  "2.10.130.010 I statistics           dflash: #calls(b,g,a) =    1    412    412, #gen drafts =    412, #acc drafts =   301, #gen tokens =   6180, #acc tokens =  1020, dur(b,g,a) = 0.052, 33012.441, 1.234 ms")),
     _p("acc_per_pos", "event", "acc per pos", r"acc per pos = \((?P<acc_per_pos>[^)]*)\)", kind="draft_stats",
@@ -480,11 +489,12 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("json_draft_n", "event", '"draft_n"',
        r'"draft_n"\s*:\s*(?P<generated>\d+)(?:,\s*"draft_n_accepted"\s*:\s*(?P<accepted>\d+))?', kind="draft_stats",
        builds="server responses (timings)",
+       # examples: the second pretty-printed, as tests/analyze/test_walker.py reads it
        examples=('0.01.172.547 D srv    operator(): http: streamed chunk: data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1796103891,"id":"chatcmpl-1wetjBWDkYvspcBfAaKodVT977Gnm5sC","model":"/root/.cache/kvtrace/models/tiny-s0-7636e5c7481b7aed/target.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk","timings":{"cache_n":0,"prompt_n":24,"prompt_ms":12.282,"prompt_per_token_ms":0.51175,"prompt_per_second":1954.0791402051784,"predicted_n":24,"predicted_ms":60.675,"predicted_per_token_ms":2.6380434782608693,"predicted_per_second":379.0688092295014,"draft_n":48,"draft_n_accepted":5},"__verbose":{"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"/root/.cache/kvtrace/models/tiny-s0-7636e5c7481b7aed/target.gguf","tokens_predicted":24,"tokens_evaluated":24,"generation_settings":{"seed":4294967295,"temperature":0.0,"dynatemp_range":0.0,"dynatemp_exponent":1.0,"top_k":40,"top_p":0.949999988079071,"min_p":0.05000000074505806,"top_n_sigma":-1.0,"xtc_probability":0.0,"xtc_threshold":0.10000000149011612,"typical_p":1.0,"repeat_last_n":64,"repeat_penalty":1.0,"presence_penalty":0.0,"frequency_penalty":0.0,"dry_multiplier":0.0,"dry_base":1.75,"dry_allowed_length":2,"dry_penalty_last_n":64,"dry_sequence_breakers":["\\n",":","\\"","*"],"mirostat":0,"mirostat_tau":5.0,"mirostat_eta":0.10000000149011612,"adaptive_target":-1.0,"adaptive_decay":0.8999999761581421,"stop":[],"max_tokens":24,"n_predict":24,"n_keep":0,"n_discard":0,"ignore_eos":false,"stream":true,"logit_bias":[],"n_probs":0,"min_keep":0,"grammar":"","grammar_lazy":false,"grammar_triggers":[],"preserved_tokens":[],"chat_format":"peg-native","reasoning_format":"deepseek","reasoning_in_content":false,"generation_prompt":"assistant:","samplers":["penalties","dry","top_n_sigma","top_k","typ_p","top_p","min_p","xtc","temperature"],"speculative.types":"none,draft-dflash","timings_per_token":false,"post_sampling_probs":false,"backend_sampling":false,"lora":[]},"prompt":"<s> user: the cache and the draft of the target batch\\nassistant:","has_new_line":false,"truncated":false,"stop_type":"limit","stopping_word":"","tokens_cached":47,"timings":{"cache_n":0,"prompt_n":24,"prompt_ms":12.282,"prompt_per_token_ms":0.51175,"prompt_per_second":1954.0791402051784,"predicted_n":24,"predicted_ms":60.675,"predicted_per_token_ms":2.6380434782608693,"predicted_per_second":379.0688092295014,"draft_n":48,"draft_n_accepted":5}}}',
                  '    "draft_n": 55,')),
     _p("json_draft_accepted", "event", '"draft_n_accepted"', r'"draft_n_accepted"\s*:\s*(?P<accepted>\d+)',
        kind="draft_stats", builds="server responses (timings), pretty-printed",
-       # examples: the pretty-printed timings (tests/analyze/test_walker.py)
+       # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them
        examples=('    "draft_n_accepted": 51',)),
     _p("cli_accept", "event", "n_accept", r"^\s*n_accept\s*=\s*(?P<accepted>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
@@ -492,7 +502,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("dflash_histogram", "event", "dflash acceptance histogram",
        r"dflash acceptance histogram: cycles=(?P<cycles>\d+) requested=(?P<requested>\d+) "
        r"produced=(?P<produced>\d+) accepted=(?P<accepted>\d+)", kind="draft_stats", builds="beellama.cpp",
-       # examples: built to the log-format notes, §2.4 S-19 (v0.2.0 form)
+       # examples: built to the log-format notes §2.4 S-19 (the v0.2.0 form)
        examples=("dflash acceptance histogram: cycles=412 requested=6180 produced=6180 accepted=1020 bins[0,1,2,3,4+]=[111,150,90,40,21]",)),
     _p("adaptive_depth", "event", "adaptive n",
        r"adaptive n\s*:\s*(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)\s*\(seq (?P<seq>\d+), n_draft=(?P<generated>\d+), "
@@ -537,13 +547,13 @@ PATTERNS: tuple[Pattern, ...] = (
     # which would take the contract line's key=value body as an event.
     _p("dflash_named", "meta", "dflash: ", r"(?P<impl>dflash): (?:contract ok:|setting -cd to )", kind="spec_impl",
        builds="beellama.cpp v0.3 (F-15, arg.cpp)",
-       # examples: built to the log-format notes, §2.2 (arg.cpp)
+       # examples: the second the log-format notes' real example, §2.2 (arg.cpp)
        examples=("0.00.122.680 I dflash: contract ok: block_size=16 mask_token=3 target_layer_ids=[1] n_target_layers=1 n_embd=64 n_target_features=64 target_layers=2 cross_ctx=512",
                  "0.00.035.194 I dflash: setting -cd to 256 (drafter doesn't need the full main ctx; pass -cd N to override)")),
     # ---- DFlash key=value lines, generically (after the specific ones above)
     _p("dflash_kv", "event", "=", r"(?P<tag>DFLASH_DBG [\w ]+?|dflash[\w ]*?|ddtree[\w ]*?):? (?P<body>\S+=.*)",
        kind="dflash", component="drafter", builds="beellama.cpp v0.2-v0.3",
-       # examples: built to the log-format notes, §2.1 F-11, §2.4 S-07
+       # examples: the log-format notes' examples, §2.1 F-11 and §2.4 S-07
        examples=("1.02.345.600 D DFLASH_DBG build_cross_data: ring_write_pos=1361 ring_filled=1361 committed_len=1361 cross_ctx=1024 gpu=0",
                  "1.03.100.500 I slot update_slots: id  0 | task 7 | dflash cycle: task=7 pos=1361 adaptive_n_max=15 n_draft=15 n_accept=3 verify_rows=16 useful_rows=16 pad_rows=0 cross_len=1024 ring_filled=1361 committed=1361 draft_ms=12.4 verify_ms=31.0 accept_ms=0.6 total_ms=45.2 reduced_verify=1 top_k=1 accept_bin=3 ctx_bucket=1")),
     # ---- environment
@@ -552,21 +562,21 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("build", "meta", "build:",
        r"build: (?P<build>\d+) \((?P<commit>[0-9a-f]+)\)(?: with (?P<compiler>.*?) for (?P<target>\S+))?",
        kind="version",
-       # examples: common's build line before print_info took it (tests/analyze/test_cli_triage.py reads its build)
+       # examples: common's older build line (no capture has one)
        examples=("build: 4067 (54ef9cfc) with cc (GCC) 14.2.1 20240910 for x86_64-pc-linux-gnu",)),
     _p("built_with", "meta", "built with", r"built with (?P<compiler>.*?) for (?P<target>\S+)", kind="version",
        examples=("built with GNU 15.2.1 for Linux x86_64",)),
     _p("cuda_init", "meta", "ggml_cuda_init", r"ggml_cuda_init: found (?P<n>\d+) (?P<backend>CUDA|ROCm) devices?",
        kind="backend",
-       # examples: the ROCm wording: tests/analyze/test_devices.py
+       # examples: the second as tests/analyze/test_devices.py reads it
        examples=("ggml_cuda_init: found 2 CUDA devices (Total VRAM: 23822 MiB):",
                  "ggml_cuda_init: found 1 ROCm devices:")),
     _p("vulkan_init", "meta", "Vulkan devices", r"ggml_vulkan: Found (?P<n>\d+) Vulkan devices?", kind="backend",
        extra={"backend": "Vulkan"},
-       # examples: tests/analyze/test_devices.py
+       # examples: as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("ggml_vulkan: Found 1 Vulkan devices:",)),
     _p("load_backend", "meta", "load_backend", r"load_backend: loaded (?P<backend>\w+) backend", kind="backend",
-       # examples: tests/capture/test_devices_manifest.py
+       # examples: as tests/capture/test_devices_manifest.py reads it (no capture has one)
        examples=("load_backend: loaded RPC backend from /x/libggml-rpc.so",)),
     _p("metal_init", "meta", "ggml_metal_init", r"ggml_metal_init: (?:found|picking default) device:? (?P<name>.*)",
        kind="gpu", extra={"backend": "Metal"},
@@ -576,16 +586,16 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("gpu_device", "meta", "Device ",
        r"Device (?P<idx>\d+): (?P<name>[^,]+), (?:compute capability (?P<cc>[\d.]+)|(?P<arch>gfx\w+))"
        r"(?:.*?VRAM: (?P<mib>\d+) MiB)?", kind="gpu",
-       # examples: the ROCm wording: tests/analyze/test_devices.py
+       # examples: the second as tests/analyze/test_devices.py reads it
        examples=("  Device 0: NVIDIA GeForce RTX 3080, compute capability 8.6, VMM: yes, VRAM: 11910 MiB",
                  "  Device 0: AMD Radeon RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32")),
     _p("metal_gpu_name", "meta", "GPU name:", r"ggml_metal\w*: GPU name:\s+(?P<name>\S.*?)\s*$", kind="gpu",
        extra={"backend": "Metal"},
-       # examples: tests/analyze/test_devices.py
+       # examples: as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("ggml_metal_device_init: GPU name:   Apple M2 Max",)),
     _p("vulkan_device", "meta", "ggml_vulkan: ", r"ggml_vulkan: (?P<idx>\d+) = (?P<name>[^(|]+?) \(", kind="gpu",
        extra={"backend": "Vulkan"},
-       # examples: tests/analyze/test_devices.py
+       # examples: as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("ggml_vulkan: 0 = AMD Radeon 890M Graphics (RADV GFX1150) (radv) | uma: 1 | fp16: 1 | warp size: 64 | shared memory: 65536 | int dot: 1 | matrix cores: KHR_coopmat",)),
     _p("smi_gpu", "meta", "NVIDIA",
        r"^\|\s+(?P<idx>\d+)\s+(?P<name>NVIDIA [^|]*?)\s+(?:On|Off)\s+\|", kind="gpu", extra={"backend": "CUDA"},
@@ -593,7 +603,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("multi_gpu_dflash", "meta", "multi-GPU placement detected",
        r"multi-GPU placement detected \(target=(?P<target_devices>\d+) devices, drafter=(?P<drafter_devices>\d+) devices\)",
        kind="placement", builds="beellama.cpp (F-17)",
-       # examples: built to the log-format notes, §2.2 F-17
+       # examples: the log-format notes' example, §2.2 F-17
        examples=("0.09.112.004 I dflash: multi-GPU placement detected (target=2 devices, drafter=1 devices); disabling GPU cross ring and graph hidden capture",)),
     # ---- the device layout (analyze/devices.py): devices, and where each model's layers and buffers went
     _p("device_listed", "meta", "MiB free)",
@@ -603,7 +613,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("device_used", "meta", "using device",
        r"using device (?P<device>[\w.-]+) \((?P<name>.*?)\)(?: \((?P<id>[^)]*)\))? - (?P<free>\d+) MiB free",
        kind="use_device", builds="llama_model_load_from_file_impl, llama_prepare_model_devices",
-       # examples: the second: tests/analyze/test_devices.py
+       # examples: the second as tests/analyze/test_devices.py reads it
        examples=("0.00.123.420 I llama_prepare_model_devices: using device RPC0 (127.0.0.1:60301) (unknown id) - 24105 MiB free",
                  "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) - 23738 MiB free")),
     _p("model_start", "meta", "loaded meta data with",
@@ -640,6 +650,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # the implementation line names the spec type: before the generic draft marker, which also matches it
     _p("spec_impl", "meta", "implementation", r"adding (?:speculative )?implementation '?(?P<impl>[\w-]+)'?",
        kind="spec_impl",
+       # examples: the third the log-format notes' real example, §2.2 F-25
        examples=("0.00.253.947 I common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'",
                  "0.00.074.655 I spec common_specu: adding speculative implementation 'ngram-mod'",
                  "1.16.873.687 I common_speculative_init: adding implementation dflash")),
@@ -649,7 +660,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # the other draft-context lines (loading draft model, adding speculative implementation, dflash: setting -cd,
     # common_speculative_init*) are read by draft_loading, spec_impl, dflash_named and spec_init
     _p("draft_load", "meta", "draft model warmup", r"draft model warmup", kind="draft_marker",
-       # examples: built to the log-format notes, §2.2 F-24
+       # examples: built to the log-format notes §2.2 F-24
        examples=("0.00.260.001 I common_speculative_create_ctx_dft: draft model warmup complete",)),
     # after spec_impl: the other lines a speculative implementation prints while it creates the draft context
     _p("spec_init", "hint", "common_speculative", r"common_speculative_(?:impl_\w+|init\w*):", kind="draft_init",
