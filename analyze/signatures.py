@@ -207,6 +207,16 @@ def _block_lines(row: pd.Series, limit: int = 4) -> list[tuple[int, str]]:
     return [(int(n), t.strip()) for n, t in lines_of(row["lines"])[:limit]]
 
 
+def _first_error(result: ParseResult,
+                 where: Callable[[pd.DataFrame], pd.Series]) -> tuple[pd.DataFrame, pd.Series] | None:
+    """The error rows `where(errors)` selects and the first of them; None when it selects none."""
+    err = result.errors
+    rows = err[where(err)]
+    if rows.empty:
+        return None
+    return rows, rows.iloc[0]
+
+
 def _complete(pos: pd.DataFrame) -> pd.DataFrame:
     return pos[pos["last_pos"].notna() & pos["batch_start"].notna()]
 
@@ -303,11 +313,9 @@ NOT_CONTINUOUS = ("not_continuous", "decreasing", "diverged", "incompatible_sets
 
 
 def rule_not_continuous(result: ParseResult, _c: CycleStats) -> Match | None:
-    err = result.errors
-    rows = err[err["variant"].isin(NOT_CONTINUOUS)]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: e["variant"].isin(NOT_CONTINUOUS))) is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     return Match(f"{len(rows)} batch{'es' if len(rows) != 1 else ''} refused: sequence {opt_int(row['seq_id'])} "
                  f"{str(row['variant']).replace('_', ' ')} inside one batch ({row['component']}).",
                  tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
@@ -328,11 +336,9 @@ def rule_spec_assert(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
-    err = result.errors
-    rows = err[err["kind"] == "kv_slot"]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: e["kind"] == "kv_slot")) is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     ev = result.events
     shifts = [int(n) for n in ev.loc[ev["pattern"] == "context_shift", "line"]]
     return Match(f"the {row['component']} KV cache had no room ({row['variant']}"
@@ -425,11 +431,9 @@ DEVICE_LOST = ("rpc_lost", "rpc_io", "rpc_connect", "device_lost")
 
 def rule_device_lost(result: ParseResult, _c: CycleStats) -> Match | None:
     """A device went away under llama.cpp: an RPC server that stopped answering, a GPU lost."""
-    err = result.errors
-    rows = err[err["variant"].isin(DEVICE_LOST)]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: e["variant"].isin(DEVICE_LOST))) is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     rpc = bool(rows["variant"].str.startswith("rpc").any())
     what = "an RPC server stopped answering" if rpc else "the GPU was lost"
     return Match(f"a device went away mid-run: {what} ({row['variant']}); llama.cpp stopped.",
@@ -439,11 +443,9 @@ def rule_device_lost(result: ParseResult, _c: CycleStats) -> Match | None:
 
 def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
     """llama.cpp could not load a model at start-up (`llama_model_load: error loading model: ...`)."""
-    err = result.errors
-    rows = err[(err["kind"] == "load") & (err["variant"] == "model_load_error")]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: (e["kind"] == "load") & (e["variant"] == "model_load_error"))) is None:
         return None
-    row = rows.iloc[0]
+    _, row = found
     lines = lines_of(row["lines"])
     what = (lines[0][1] if lines else "").split("error loading model:", 1)[-1].strip()[:160]
     return Match(f"a start-up failure: the model did not load ({what}); the server stopped before serving.",
@@ -452,6 +454,7 @@ def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
 
 HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers
 HIDDEN_SPEC = ("n_embd", "hidden", "embd")  # size checks that only point at target/drafter in a speculative run
+EMBD_VARIANTS = ("embd_mismatch", "embd_differs")  # the table's entries for a target/drafter embedding-size check
 
 
 def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
@@ -460,7 +463,7 @@ def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
     spec = bool(result.meta.get("speculative"))
     for _, row in rows.iterrows():
         text = " ".join(t for _, t in lines_of(row["lines"])[:3])
-        if row["variant"] == "embd_mismatch" or any(k in text for k in HIDDEN_ALWAYS) or (
+        if row["variant"] in EMBD_VARIANTS or any(k in text for k in HIDDEN_ALWAYS) or (
                 spec and any(k in text for k in HIDDEN_SPEC)):
             return Match("an assert on the hidden states or embeddings the drafter reads from the target: the two "
                          "models disagree on a size or the target's graph does not expose the layers the drafter "
@@ -471,22 +474,18 @@ def rule_hidden_state(result: ParseResult, _c: CycleStats) -> Match | None:
 def rule_abort_outside_spec(result: ParseResult, _c: CycleStats) -> Match | None:
     if result.meta.get("speculative"):
         return None
-    err = result.errors
-    rows = err[err["kind"] == "assert"]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: e["kind"] == "assert")) is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     return Match(f"llama.cpp aborted ({row['variant']}) in a run without speculative decoding; "
                  f"{len(rows)} abort{'s' if len(rows) != 1 else ''} in the log.",
                  tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
 
 
 def rule_draft_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
-    err = result.errors
-    rows = err[(err["kind"] == "kv_slot") & (err["component"] == "drafter")]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: (e["kind"] == "kv_slot") & (e["component"] == "drafter"))) is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     return Match(f"the draft context's KV cache had no room ({row['variant']}); {len(rows)} such failure"
                  f"{'s' if len(rows) != 1 else ''}: the drafter's context is smaller than the target's prompt.",
                  tuple(_block_lines(row)) + ((int(row["evidence_line"]), str(row["evidence"]).strip()),),
@@ -494,12 +493,11 @@ def rule_draft_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def rule_encoder_decode(result: ParseResult, _c: CycleStats) -> Match | None:
-    err = result.errors
-    rows = err[err["variant"] == "cannot_decode_encoder"]
-    if rows.empty:
+    if (found := _first_error(result, lambda e: e["variant"] == "cannot_decode_encoder")) is None:
         return None
+    rows, row = found
     return Match(f"an encoder-only (embedding/reranking) model was called with llama_decode; {len(rows)} batch"
-                 f"{'es' if len(rows) != 1 else ''} refused.", tuple(_block_lines(rows.iloc[0], 2)),
+                 f"{'es' if len(rows) != 1 else ''} refused.", tuple(_block_lines(row, 2)),
                  {"n": len(rows)}, key="encoder")
 
 
@@ -507,12 +505,11 @@ COMPUTE_VARIANTS = ("prepare_ubatch_failed", "compute_error")
 
 
 def rule_decode_compute(result: ParseResult, _c: CycleStats) -> Match | None:
-    err = result.errors
-    rows = err[(err["kind"] == "decode_failed")
-               & (err["variant"].isin(COMPUTE_VARIANTS) | err["ret"].isin([-2, -3]))]
-    if rows.empty:
+    found = _first_error(result, lambda e: (e["kind"] == "decode_failed")
+                         & (e["variant"].isin(COMPUTE_VARIANTS) | e["ret"].isin([-2, -3])))
+    if found is None:
         return None
-    row = rows.iloc[0]
+    rows, row = found
     ret = opt_int(row["ret"])
     return Match(f"llama_decode could not prepare or compute the batch ({row['variant']}"
                  f"{', ret = ' + str(ret) if ret is not None else ''}): not a position or cache-room problem.",

@@ -182,6 +182,16 @@ def test_more_wrapper_wordings_and_their_sides() -> None:
     assert (kind, comp, line) == ("other", "target", 1) and sig != "draft_context_failed"
 
 
+def test_each_embedding_size_wording_is_a_load_failure_with_the_hidden_state_signature() -> None:
+    # `differs` holds no `match`: it has its own entry, so its lines are read rather than lost
+    for line, variant in (("common_speculative_impl_draft_eagle3: draft n_embd 4096 does not match target hidden "
+                           "size 5120\n", "embd_mismatch"),
+                          ("n_embd of the draft differs from the target's (2048 vs 4096)\n", "embd_differs")):
+        r = analyze.parse(line.encode())
+        assert [(e.kind, e.variant, e.line) for e in r.errors.itertuples()] == [("load", variant, 1)], line
+        assert match_signature(r).name == "hidden_state_mismatch", line
+
+
 def test_a_context_that_fails_right_after_the_draft_model_loads_is_the_drafters() -> None:
     r = analyze.parse(b"srv    load_model: loading draft model 'draft.gguf'\nllama_context: n_ctx = 4096\n"
                       b"llama_init_from_model: failed to initialize the context: failed to allocate compute pp "
