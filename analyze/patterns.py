@@ -465,6 +465,18 @@ PATTERNS: tuple[Pattern, ...] = (
        r"stop processing: n_tokens = (?P<pos>\d+), truncated = (?P<truncated>\d+)", kind="stop",
        component="target",
        examples=("0.01.172.278 I slot      release: id  0 | task 0 | stop processing: n_tokens = 47, truncated = 0",)),
+    # ---- the server came up and serves (§6): a start-up failure before these lines did not stop it
+    _p("server_model_loaded", "event", ": model loaded", r"(?:llama_server|main): model loaded\s*$", kind="server_ready",
+       component="target",
+       examples=("0.00.021.477 I srv  llama_server: model loaded",
+                 # examples: older upstream servers print it from main()
+                 "main: model loaded")),
+    _p("server_listening", "event", "listening on http",
+       r"(?:server is )?listening on (?P<url>https?://\S+)", kind="server_ready", component="target",
+       examples=("0.00.021.487 I srv  llama_server: listening on http://127.0.0.1:18094",
+                 "main: server is listening on http://127.0.0.1:8080 - starting the main loop")),
+    _p("server_idle", "event", "all slots are idle", r"all slots are idle", kind="server_ready", component="target",
+       examples=("0.00.021.631 I srv  update_slots: all slots are idle",)),
     # ---- speculative statistics, every wording (§2.4 S-19, §6, §7, 2023 CLI)
     _p("draft_acceptance", "event", "draft acceptance",
        r"draft acceptance(?: rate)? = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"

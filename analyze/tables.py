@@ -21,8 +21,9 @@ import pandas as pd
 from analyze.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
 from analyze.devices import placement
 from analyze.normalize import readable
-from analyze.records import NA
+from analyze.records import NA, Event, Failure
 from analyze.spec import MIRROR, NONE, drafter_kv, spec_type
+from analyze.startup import split_notices
 from analyze.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
@@ -128,8 +129,7 @@ def _column(values: list[Any], dtype: str) -> pd.Series:
     return pd.Series(values, dtype=dtype)
 
 
-def build_errors(w: Walker) -> pd.DataFrame:
-    fs = w.failures
+def build_errors(fs: list[Failure]) -> pd.DataFrame:
     return pd.DataFrame({
         "line": _column([f.line for f in fs], "Int64"),
         "t": _column([f.t for f in fs], "float64"),
@@ -173,8 +173,7 @@ def kv_drops(kv: pd.DataFrame) -> pd.DataFrame:
     }, columns=EVENT_COLUMNS)
 
 
-def build_events(w: Walker, kv: pd.DataFrame) -> pd.DataFrame:
-    es = w.events
+def build_events(es: list[Event], kv: pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame({
         "line": _column([e.line for e in es], "Int64"),
         "t": _column([e.t for e in es], "float64"),
@@ -244,10 +243,12 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[s
             batches["line"].to_numpy(np.int64), batches["context"].astype(str).to_numpy(dtype=object),
         ), dtype=CONTEXT_DTYPE)
     infer_components(w, batches, kv)
+    failures, notices = split_notices(w.failures, w.events)
+    events = sorted(w.events + notices, key=lambda e: e.line) if notices else w.events
     return {
         "batches": batches,
         "kv": kv,
-        "errors": build_errors(w),
-        "events": build_events(w, kv),
+        "errors": build_errors(failures),
+        "events": build_events(events, kv),
         "meta": build_meta(w, sizes, speculative, name, n_bytes, warnings),
     }

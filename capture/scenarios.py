@@ -59,6 +59,7 @@ class Scenario:
     model_draft: str = ""  # a drafter file instead of the generated one (a broken one, say)
     rpc_devices: int = 0  # local ggml-rpc-servers (loopback), each one device: a multi-GPU layout on a CPU
     rpc_die_after: int = 0  # stop the last RPC server after this many requests (a device lost mid-run)
+    defaults: bool = False  # the server's defaults as users type them: memory fitting on, threads and -np auto
     about: str = ""
 
     @property
@@ -91,6 +92,14 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="prompts and generations longer than the context"),
     Scenario("draft-simple-kv-unified", "draft-simple", ("-c", "1024", "-np", "3", "--kv-unified"),
              requests=6, concurrency=3, about="three slots sharing one unified KV cache"),
+    # the commands users type: memory fitting on (the drafter's context is measured, or fails to be, at
+    # start-up), -np auto (four slots in one unified cache; one client lands on any of them), all threads
+    Scenario("draft-dflash-defaults", "draft-dflash", ("-c", "2048"), requests=4, concurrency=1, defaults=True,
+             about="DFlash with the server's defaults (fitting on, -np auto)"),
+    Scenario("draft-simple-defaults", "draft-simple", ("-c", "2048"), requests=4, concurrency=1, defaults=True,
+             about="draft-simple with the server's defaults (fitting on, -np auto)"),
+    Scenario("ngram-mod-defaults", "ngram-mod", ("-c", "2048"), requests=4, concurrency=2, defaults=True,
+             about="n-gram self-speculation with the server's defaults (fitting on, -np auto)"),
     # two devices on one CPU (two local RPC servers): the seed report's multi-GPU layouts
     Scenario("draft-dflash-2dev-layer", "draft-dflash", ("-c", "512", "-np", "1", *TWO_DEVICES),
              requests=6, concurrency=1, max_tokens=48, rpc_devices=2,
@@ -183,8 +192,10 @@ def server_command(scenario: Scenario, server: Path, port: int, session: Path,
     if rpc:  # before the flags that name its devices (-devd RPC1): llama.cpp registers them as it parses
         cmd += ["--rpc", rpc]
     cmd += [a.replace("{session}", str(session)) for a in scenario.args]
-    # one thread each, no memory fitting (the draft context cannot be measured without its target)
-    cmd += ["-t", "1", "-fit", "off", "--host", "127.0.0.1", "--port", str(port)]
+    if not scenario.defaults:
+        # one thread each, no memory fitting (the draft context cannot be measured without its target)
+        cmd += ["-t", "1", "-fit", "off"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
     return cmd
 
 
