@@ -41,6 +41,7 @@ def test_healthy_capture_in_chromium(server: str, name: str) -> None:  # noqa: F
             page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
             _wait_idle(page)
             assert page.locator("[data-testid='stException']").count() == 0
+            assert page.get_by_role("heading", name="Healthy", exact=True).count() == 1
             assert "none" in _metric(page, "First divergence").lower()
             assert "none" in _metric(page, "Failing side").lower()
             legend = _legend(page)
@@ -48,5 +49,35 @@ def test_healthy_capture_in_chromium(server: str, name: str) -> None:  # noqa: F
             if not name.startswith("ngram"):
                 assert "drafter" in legend
             page.screenshot(path=str(ARTIFACTS / f"healthy-{name}.png"))
+        finally:
+            browser.close()
+
+
+def test_a_default_np_capture_opens_on_its_busy_sequence(server: str) -> None:  # noqa: F811 - the fixture
+    """-np auto gives four slots; the one client lands on whichever the server picks, and sequence 0 has only
+    the warm-up: the page opens on the sequence with the batches, and the selector says how many each has."""
+    from playwright.sync_api import sync_playwright
+
+    import analyze
+    from analyze.positions import batches_per_sequence
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    path = FIXTURES / "draft-simple-defaults.log.gz"
+    counts = batches_per_sequence(analyze.parse(path))
+    busy = max(counts, key=lambda s: counts[s])
+    assert len(counts) > 1 and counts[busy] > counts.get(0, 0), counts  # the fixture is what the test is about
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1250})
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_idle(page)
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
+            _wait_idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            picker = page.locator("[data-testid='stSelectbox']").filter(has_text="Sequence / slot").first
+            assert f"{busy} ({counts[busy]:,} batches)" in picker.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "healthy-default-np.png"))
         finally:
             browser.close()

@@ -94,3 +94,23 @@ def test_truncated_rotated_and_deleted_files_are_followed(tmp_path: Path) -> Non
     d = f.poll()
     assert any("deleted" in n for n in d.notices)
     assert d.result is not None and len(d.result.batches) >= len(a.result.batches)  # what was read stays
+
+
+def test_a_session_folder_that_appears_after_following_began(tmp_path: Path) -> None:
+    """`kvtrace capture engine --out live & kvtrace dashboard live --follow`: the dashboard starts first."""
+    from analyze.cli.dashboard import _check_follow
+
+    live = tmp_path / "live"
+    _check_follow(live)  # no usage error: the page waits for it
+    f = Follower(live, interval_s=0.0, share=1.0)
+    assert f.poll().waiting and not f.poll().ended
+    live.mkdir()
+    _manifest(live, kvtrace_pid=os.getpid())
+    st = f.poll()
+    assert st.waiting and not st.ended  # the folder, but no raw.log yet
+    (live / "raw.log").write_bytes(STALE)
+    st = f.poll()
+    assert not st.waiting and st.bytes_read == len(STALE) and st.result is not None
+    _manifest(live, kvtrace_pid=os.getpid(), end="2026-12-01T00:00:00")
+    st = f.poll()
+    assert st.ended and len(st.result.batches) == len(analyze.parse(STALE).batches)
