@@ -29,6 +29,7 @@ from analyze.source import (
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
+from capture.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
 
 TABLES = ("batches", "kv", "errors", "events")
 
@@ -205,28 +206,23 @@ def _manifest_flags(source: Source, walker: Walker) -> None:
     prints (`-sm`, `-ts`, `-devd`) are read from there, where the log did not show them itself."""
     if not isinstance(source, str | os.PathLike) or str(source) == "-":
         return
-    path = Path(source)
-    folder = path if path.is_dir() else path.parent if path.name == "raw.log" else None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) if folder else None
-    except (OSError, ValueError):
-        return
-    line = manifest.get("effective_command_line") if isinstance(manifest, dict) else None
+    folder = folder_of(Path(source))
+    line = read_manifest(folder).get(KEY_COMMAND_LINE) if folder is not None else None
     if not isinstance(line, str):
         return
     walker.add_flags(line, only_new=True)
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:
-    """One Parquet file per table, plus verdict.json."""
+    """One Parquet file per table, plus the verdict as JSON."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, df in result.tables().items():
-        path = out_dir / f"{name}.parquet"
+        path = out_dir / table_file(name)
         df.to_parquet(path, index=False)
         written.append(path)
-    path = out_dir / "verdict.json"
+    path = out_dir / VERDICT
     path.write_text(json.dumps(result.verdict.to_dict(), indent=2) + "\n", encoding="utf-8")
     written.append(path)
     return written
