@@ -87,9 +87,9 @@ class StreamParser:
         out: dict[str, Any] = {"lines": w.n_lines, "batches": len(w.batches), "errors": len(w.failures),
                                "position_errors": sum(f.has_block for f in w.failures), "target_pos": None,
                                "drafter_pos": None}
-        if w._failure is not None:  # noqa: SLF001 - an open failure is still a failure seen
+        if w.open_failure is not None:  # an open failure is still a failure seen
             out["errors"] += 1
-            out["position_errors"] += int(w._failure.has_block)  # noqa: SLF001
+            out["position_errors"] += int(w.open_failure.has_block)
         kv = w.kv
         if len(kv):
             sizes = sorted(set(kv.cache_size[-64:]), reverse=True)
@@ -115,8 +115,8 @@ class StreamParser:
         w = self.walker
         kept = w.failures
         shown = [copy.copy(f) for f in kept]
-        if w._failure is not None:  # noqa: SLF001 - an open failure is already an error seen
-            shown.append(copy.copy(w._failure))  # noqa: SLF001
+        if w.open_failure is not None:  # an open failure is already an error seen
+            shown.append(copy.copy(w.open_failure))
         w.failures = shown
         try:
             return _result(w, self.name, self.n_bytes, list(self.warnings))
