@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analyze.normalize import clean_chunk, decode
-from analyze.records import CONTEXT_NAMES, NA
+from analyze.records import CONTEXT_NAMES, NA, LiveStats
 from analyze.source import (
     CHUNK,
     GzipReader,
@@ -81,28 +81,28 @@ class StreamParser:
         """Whole lines of text (what `feed` cut at a line break)."""
         self.walker.feed_text(clean_chunk(text))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> LiveStats:
         """Running counts for a status line. Contexts here are provisional (largest cache = target)."""
         w = self.walker
-        out: dict[str, Any] = {"lines": w.n_lines, "batches": len(w.batches), "errors": len(w.failures),
-                               "position_errors": sum(f.has_block for f in w.failures), "target_pos": None,
-                               "drafter_pos": None}
-        if w.open_failure is not None:  # an open failure is still a failure seen
-            out["errors"] += 1
-            out["position_errors"] += int(w.open_failure.has_block)
+        failures = w.failures + ([w.open_failure] if w.open_failure is not None else [])  # open: still seen
+        out = LiveStats(lines=w.n_lines, batches=len(w.batches), errors=len(failures),
+                        position_errors=sum(f.has_block for f in failures))
         kv = w.kv
         if len(kv):
             sizes = sorted(set(kv.cache_size[-64:]), reverse=True)
             for i in range(len(kv) - 1, max(-1, len(kv) - 256), -1):
-                ctx = "target_pos" if kv.cache_size[i] == sizes[0] else "drafter_pos"
-                if out[ctx] is None:
-                    out[ctx] = int(kv.pos_max[i])
+                if kv.cache_size[i] == sizes[0]:
+                    if out.target_pos is None:
+                        out.target_pos = int(kv.pos_max[i])
+                elif out.drafter_pos is None:
+                    out.drafter_pos = int(kv.pos_max[i])
         elif len(w.batches):
             hi = w.batches.pos_max[-1]
-            out["target_pos"] = None if hi == NA else int(hi)
-            hint = CONTEXT_NAMES.get(int(w.batches.hint[-1]), "unknown")
-            if hint == "drafter":
-                out["drafter_pos"], out["target_pos"] = out["target_pos"], None
+            pos = None if hi == NA else int(hi)
+            if CONTEXT_NAMES.get(int(w.batches.hint[-1]), "unknown") == "drafter":
+                out.drafter_pos = pos
+            else:
+                out.target_pos = pos
         return out
 
     def snapshot(self) -> ParseResult:

@@ -71,7 +71,7 @@ def test_stream_parser_matches_whole_parse() -> None:
     sp = analyze.StreamParser("seed")
     for i in range(0, len(data), 97):  # odd chunk sizes split lines anywhere
         sp.feed(data[i : i + 97])
-    assert sp.stats()["position_errors"] == 3
+    assert sp.stats().position_errors == 3
     r = sp.finish()
     whole = analyze.parse(data)
     assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}
