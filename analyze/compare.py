@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from analyze.cycles import cycle_stats
 from analyze.signatures import match_signature
 
 if TYPE_CHECKING:
@@ -64,10 +63,11 @@ def _last_max(result: ParseResult, context: str) -> int | None:
 
 def side(result: ParseResult, source: str) -> Side:
     v = result.verdict
-    c = cycle_stats(result)
+    matched = match_signature(result)
+    c = matched.cycles  # the signature rules read the cycle stats: they come with the match
     acc = v.acceptance or {}
     return Side(
-        source=source, kind=v.kind, signature=match_signature(result).name, failed=len(result.errors) > 0,
+        source=source, kind=v.kind, signature=matched.name, failed=len(result.errors) > 0,
         n_position_errors=int(v.n_position_errors), n_errors=len(result.errors), n_cycles=c.n_cycles,
         drafter_in_step=c.drafter_in_step, in_step_fraction=c.in_step_fraction,
         target_max=_last_max(result, "target"), drafter_max=_last_max(result, "drafter"),

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analyze.normalize import clean_chunk, decode
-from analyze.records import CONTEXT_NAMES, NA
+from analyze.records import CONTEXT_NAMES, NA, LiveStats
 from analyze.source import (
     CHUNK,
     GzipReader,
@@ -29,6 +29,7 @@ from analyze.source import (
 from analyze.tables import build_all
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
+from capture.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
 
 TABLES = ("batches", "kv", "errors", "events")
 
@@ -81,28 +82,28 @@ class StreamParser:
         """Whole lines of text (what `feed` cut at a line break)."""
         self.walker.feed_text(clean_chunk(text))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> LiveStats:
         """Running counts for a status line. Contexts here are provisional (largest cache = target)."""
         w = self.walker
-        out: dict[str, Any] = {"lines": w.n_lines, "batches": len(w.batches), "errors": len(w.failures),
-                               "position_errors": sum(f.has_block for f in w.failures), "target_pos": None,
-                               "drafter_pos": None}
-        if w._failure is not None:  # noqa: SLF001 - an open failure is still a failure seen
-            out["errors"] += 1
-            out["position_errors"] += int(w._failure.has_block)  # noqa: SLF001
+        failures = w.failures + ([w.open_failure] if w.open_failure is not None else [])  # open: still seen
+        out = LiveStats(lines=w.n_lines, batches=len(w.batches), errors=len(failures),
+                        position_errors=sum(f.has_block for f in failures))
         kv = w.kv
         if len(kv):
             sizes = sorted(set(kv.cache_size[-64:]), reverse=True)
             for i in range(len(kv) - 1, max(-1, len(kv) - 256), -1):
-                ctx = "target_pos" if kv.cache_size[i] == sizes[0] else "drafter_pos"
-                if out[ctx] is None:
-                    out[ctx] = int(kv.pos_max[i])
+                if kv.cache_size[i] == sizes[0]:
+                    if out.target_pos is None:
+                        out.target_pos = int(kv.pos_max[i])
+                elif out.drafter_pos is None:
+                    out.drafter_pos = int(kv.pos_max[i])
         elif len(w.batches):
             hi = w.batches.pos_max[-1]
-            out["target_pos"] = None if hi == NA else int(hi)
-            hint = CONTEXT_NAMES.get(int(w.batches.hint[-1]), "unknown")
-            if hint == "drafter":
-                out["drafter_pos"], out["target_pos"] = out["target_pos"], None
+            pos = None if hi == NA else int(hi)
+            if CONTEXT_NAMES.get(int(w.batches.hint[-1]), "unknown") == "drafter":
+                out.drafter_pos = pos
+            else:
+                out.target_pos = pos
         return out
 
     def snapshot(self) -> ParseResult:
@@ -115,8 +116,8 @@ class StreamParser:
         w = self.walker
         kept = w.failures
         shown = [copy.copy(f) for f in kept]
-        if w._failure is not None:  # noqa: SLF001 - an open failure is already an error seen
-            shown.append(copy.copy(w._failure))  # noqa: SLF001
+        if w.open_failure is not None:  # an open failure is already an error seen
+            shown.append(copy.copy(w.open_failure))
         w.failures = shown
         try:
             return _result(w, self.name, self.n_bytes, list(self.warnings))
@@ -207,28 +208,23 @@ def _manifest_flags(source: Source, walker: Walker) -> None:
     prints (`-sm`, `-ts`, `-devd`) are read from there, where the log did not show them itself."""
     if not isinstance(source, str | os.PathLike) or str(source) == "-":
         return
-    path = Path(source)
-    folder = path if path.is_dir() else path.parent if path.name == "raw.log" else None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) if folder else None
-    except (OSError, ValueError):
-        return
-    line = manifest.get("effective_command_line") if isinstance(manifest, dict) else None
+    folder = folder_of(Path(source))
+    line = read_manifest(folder).get(KEY_COMMAND_LINE) if folder is not None else None
     if not isinstance(line, str):
         return
     walker.add_flags(line, only_new=True)
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:
-    """One Parquet file per table, plus verdict.json."""
+    """One Parquet file per table, plus the verdict as JSON."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, df in result.tables().items():
-        path = out_dir / f"{name}.parquet"
+        path = out_dir / table_file(name)
         df.to_parquet(path, index=False)
         written.append(path)
-    path = out_dir / "verdict.json"
+    path = out_dir / VERDICT
     path.write_text(json.dumps(result.verdict.to_dict(), indent=2) + "\n", encoding="utf-8")
     written.append(path)
     return written

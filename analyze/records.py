@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 NA = -(2**63)  # a missing integer inside an array('q')
 
 # severity of a failure kind: a failure keeps the most serious kind any of its lines showed
@@ -70,6 +68,18 @@ class Event:
     task: int | None = None
     accepted: int | None = None  # draft tokens accepted and drafted, whatever the wording (draft_counts)
     generated: int | None = None
+
+
+@dataclass(slots=True)
+class LiveStats:
+    """A live parse's running counts (`StreamParser.stats`): what a capture's status line shows."""
+
+    lines: int = 0
+    batches: int = 0
+    errors: int = 0  # failures seen, the one still being assembled included
+    position_errors: int = 0  # of those, the ones with a position-error block
+    target_pos: int | None = None  # the latest stored KV max (or batch position) of each context, once seen
+    drafter_pos: int | None = None
 
 
 # draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
@@ -158,6 +168,8 @@ class KvColumns:
 
 def opt_int(v: Any) -> int | None:
     """A table cell as a plain int, or None where it is missing (None, NaN, pd.NA)."""
+    import pandas as pd  # here, not above: a capture's wrapper reads LiveStats from this module, not tables
+
     return None if v is None or pd.isna(v) else int(v)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from analyze.normalize import clean_chunk, decode
+from capture.session import RAW_LOG, log_of
 
 CHUNK = 64 << 10  # small enough to stay in cache: 4 MB chunks cost a third more on page faults alone
 MAX_LINE = 1 << 20  # longer lines are cut here: no llama.cpp line is anywhere near this long
@@ -45,10 +46,10 @@ def resolve_path(source: str | os.PathLike[str]) -> Path:
     """A path to a log; a session folder means its raw.log."""
     path = Path(source)
     if path.is_dir():
-        raw = path / "raw.log"
+        raw = log_of(path)
         if raw.is_file():
             return raw
-        raise InputError(f"{path} is a folder without raw.log; pass a log file or a session folder")
+        raise InputError(f"{path} is a folder without {RAW_LOG}; pass a log file or a session folder")
     if not path.exists():
         raise InputError(f"{path}: no such file; pass a log file, a session folder or - for stdin")
     return path

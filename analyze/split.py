@@ -25,6 +25,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from analyze.devices import Layout
 from analyze.records import KEEP_LINES_FOR, NA
 from analyze.source import Opened, iter_chunks
 from analyze.walker import Walker
@@ -138,6 +139,18 @@ def _restore(w: Walker, state: tuple[Any, ...]) -> None:
     w._hint, w._seq_hint, w._kv_size = state  # noqa: SLF001
 
 
+# what the meta lines built up: the meta, and the layout and draft state that the next meta lines read
+MetaState = tuple[dict[str, Any], Layout, bool]
+
+
+def meta_state(w: Walker) -> MetaState:
+    return w.meta, w.layout, w.draft_seen
+
+
+def _set_meta_state(w: Walker, state: MetaState) -> None:
+    w.meta, w.layout, w.draft_seen = state
+
+
 @dataclass(slots=True)
 class PieceResult:
     walker: Walker
@@ -147,7 +160,7 @@ class PieceResult:
 
 
 def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
-                meta: dict[str, Any] | None = None) -> PieceResult:
+                meta: MetaState | None = None) -> PieceResult:
     """Parse one piece; without `state`, rebuild it from the bytes just before the piece. `meta`: what the
     pieces before it found (devices, layout, contexts, flags...), for a piece that adds to it."""
     w = Walker()
@@ -165,7 +178,7 @@ def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
         _restore(w, state)
         w.n_lines = piece.first_line
     if meta is not None:
-        w.meta = meta
+        _set_meta_state(w, meta)
     else:
         w.meta_lines = []  # replayed onto the meta of the pieces before it in the merge
     start_state = carried(w)
@@ -206,10 +219,10 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
         # device seen again, a buffer re-reserved, a context after the draft marker), are replayed onto the
         # meta of the pieces before it: no record depends on the meta, so nothing else is read twice
         if r.start_state != results[k - 1].end_state:
-            r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(out.meta))
+            r = results[k] = parse_piece(path, pieces[k], results[k - 1].end_state, copy.deepcopy(meta_state(out)))
         _merge_into(out, r.walker)
         if r.walker.meta_lines is None:  # read again from the meta so far: its meta is the whole answer
-            out.meta = r.walker.meta
+            _set_meta_state(out, meta_state(r.walker))
         else:
             out.replay_meta(r.walker.meta_lines)
     for i, f in enumerate(out.failures):

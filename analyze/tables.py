@@ -50,7 +50,7 @@ def _floats(a: array[float]) -> pd.Series:
 
 def is_speculative(w: Walker) -> bool:
     meta = w.meta
-    return bool(meta.get("_draft_seen") or meta["spec_impls"]) or any(
+    return bool(w.draft_seen or meta["spec_impls"]) or any(
         e.kind in ("draft_stats", "accepted", "dflash") for e in w.events[:1000]
     ) or any(f.component == "drafter" for f in w.failures) or any(flag in meta["flags"] for flag in SPEC_FLAGS)
 
@@ -200,7 +200,7 @@ def build_events(es: list[Event], kv: pd.DataFrame) -> pd.DataFrame:
 
 def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes: int,
                warnings: list[str]) -> dict[str, Any]:
-    meta = {k: v for k, v in w.meta.items() if not k.startswith("_")}
+    meta = dict(w.meta)
     meta.update({
         "source": name,
         "bytes": n_bytes,
@@ -213,7 +213,7 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "context_attribution": sizes.how,
         "n_gpus": len({g.get("device") or g["index"] for g in w.meta["gpus"]})
         or max(w.meta.get("n_devices", {}).values(), default=0),
-        "placement": placement(w.meta["_layout"], w.meta["flags"], w.meta["placement"], w.meta["gpus"]),
+        "placement": placement(w.layout, w.meta["flags"], w.meta["placement"], w.meta["gpus"]),
         "batch_debug": len(w.batches) > 0,
         "kv_cache_debug": len(w.kv) > 0,
         "warnings": warnings,

@@ -74,10 +74,16 @@ class Walker:
         self.kv = KvColumns()
         self.failures: list[Failure] = []
         self.events: list[Event] = []
+        # what the log says about its run (build, devices, contexts, flags...): ParseResult.meta is built on it
         self.meta: dict[str, Any] = {
             "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
-            "placement": {}, "rope": [], "arch": [], "mrope": False, "_layout": Layout(),
+            "placement": {}, "rope": [], "arch": [], "mrope": False,
         }
+        # what the meta lines leave for the lines after them: the model loads so far (placement is worked
+        # out from them at the end), and whether speculative decoding was announced yet (a load or a context
+        # after it is the drafter's)
+        self.layout = Layout()
+        self.draft_seen = False
         self.n_lines = 0
         self.n_recognised = 0
         # what changed the meta, in order, when asked for (analyze/split.py replays a piece's onto the meta
@@ -102,6 +108,12 @@ class Walker:
         self._failure: Failure | None = None
         self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
         self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
+
+    @property
+    def open_failure(self) -> Failure | None:
+        """The failure being assembled: its caller lines may yet come, so it is not in `failures` until it
+        closes (the next batch, event or a gap does that, and `close`)."""
+        return self._failure
 
     # ------------------------------------------------------------------ the hot loop
     def feed_text(self, text: str) -> None:
@@ -462,7 +474,7 @@ class Walker:
         if p.kind == "kv_warning":
             self._seq_hint = (no, int(g["seq"]))
         if p.kind == "draft_init":  # a draft context being made is speculative decoding, hint or not
-            self.meta["_draft_seen"] = True
+            self.draft_seen = True
             if self.meta_lines is not None:
                 self.meta_lines.append((p.name, line))
         if p.family == "hint" and p.kind in ("decode", "draft_start", "draft_init"):
@@ -503,14 +515,15 @@ class Walker:
                 b.hint[r] = _DRAFTER
 
     def replay_meta(self, lines: list[tuple[str, str]]) -> None:
-        """Apply another walker's `meta_lines` to this walker's meta, as if its lines had come here."""
+        """Apply another walker's `meta_lines` to this walker's meta (and its layout and draft state), as if
+        its lines had come here."""
         for name, line in lines:
             if name == _MROPE:
                 self.meta["mrope"] = True
                 continue
             p = BY_NAME[name]
             if p.kind == "draft_init":
-                self.meta["_draft_seen"] = True
+                self.draft_seen = True
             elif (m := p.regex.search(line)) is not None:
                 self._meta(p, m, line)
 
@@ -552,16 +565,16 @@ class Walker:
                 if backend not in meta["backends"]:
                     meta["backends"].append(backend)
             if kind != "device":
-                meta["_layout"].feed(kind, g, bool(meta.get("_draft_seen")))
+                self.layout.feed(kind, g, self.draft_seen)
         elif kind == "placement":
             meta["placement"] = {k: int(v) for k, v in g.items()}
         elif kind in ("context", "kv_cache"):
             size = int(g.get("n_ctx") or g["cells"])  # each pattern has one of the two
-            meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": meta.get("_draft_seen", False)})
+            meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": self.draft_seen})
         elif kind == "draft_marker":
-            meta["_draft_seen"] = True
+            self.draft_seen = True
         elif kind == "spec_impl":
-            meta["_draft_seen"] = True
+            self.draft_seen = True
             if g["impl"] not in meta["spec_impls"]:
                 meta["spec_impls"].append(g["impl"])
         elif kind == "rope":

@@ -33,6 +33,8 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from capture.session import KEY_LIVE, RAW_LOG, log_of, read_manifest  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")
 SOURCES = [ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log",
@@ -82,7 +84,7 @@ def replay_sources(root: Path) -> tuple[list[Path], str]:
     subprocess.run([KVTRACE, "capture", "run", "--ping", "3", "--quiet", "--out", str(out), "--", str(server),
                     "-m", str(pair.target), "-md", str(pair.drafter), "--spec-type", "draft-simple", "--host",
                     "127.0.0.1", "--port", str(port), "-c", "512"], capture_output=True, check=True)
-    return [out / "raw.log"], "a real llama-server b11434 capture (batch + KV debug, tiny draft pair)"
+    return [log_of(out)], "a real llama-server b11434 capture (batch + KV debug, tiny draft pair)"
 
 
 def measure(argv: list[str], stdout_path: Path | None, timing: Path | None) -> dict[str, float]:
@@ -133,13 +135,13 @@ def main() -> None:
             session = root / f"s{i}"
             wrapped.append(measure([KVTRACE, "capture", "run", "--quiet", "--out", str(session), "--", *cmd],
                                    None, timing))
-            size = (session / "raw.log").stat().st_size
+            size = log_of(session).stat().st_size
             if size != (root / "plain.log").stat().st_size:
-                raise SystemExit(f"raw.log has {size} bytes, the plain run wrote a different amount")
-            live = json.loads((session / "manifest.json").read_text()).get("live") or {}
+                raise SystemExit(f"{RAW_LOG} has {size} bytes, the plain run wrote a different amount")
+            live = read_manifest(session).get(KEY_LIVE) or {}
             parsed = (live.get("stats") or {}).get("bytes_parsed") or 0
             coverage.append(1.0 if live.get("complete") else parsed / max(size, 1))
-            os.remove(session / "raw.log")
+            os.remove(log_of(session))
             steps.update()
             startup.append(measure([KVTRACE, "capture", "run", "--quiet", "--out", str(root / f"t{i}"), "--",
                                     "true"], None, None))
@@ -176,8 +178,8 @@ def main() -> None:
     print(f"child's own wall time, wrapped/plain: {figures['child_wall_ratio']:.3f}")
     print(f"cpu ratio wrapped/plain: {figures['cpu_ratio']:.3f} (the live parse runs beside the child, at idle "
           "priority; at the end the wrapper waits for it only when at most 4 MB are left)")
-    print(f"live parse coverage when the wrapper returned: {figures['live_coverage']:.1%} of raw.log "
-          "(the summary says so; raw.log is complete)")
+    print(f"live parse coverage when the wrapper returned: {figures['live_coverage']:.1%} of {RAW_LOG} "
+          f"(the summary says so; {RAW_LOG} is complete)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capture.engine import EngineConfig, run_engine  # noqa: E402
 from capture.models import ensure_models  # noqa: E402
-from capture.session import Session  # noqa: E402
+from capture.session import RAW_LOG, Session, log_of  # noqa: E402
 
 REQUESTS = 4
 
@@ -35,7 +35,7 @@ def one(cache: Path, out: Path, cycles: int, **kw: object) -> dict[str, float]:
         "cycles": len(result.cycles),
         "decodes": result.n_decodes,
         "failures": result.n_failures,
-        "raw_log_mb": round((out / "raw.log").stat().st_size / 1e6, 2),
+        "raw_log_mb": round(log_of(out).stat().st_size / 1e6, 2),
         "cycles_per_s": round(len(result.cycles) / seconds, 1),
     }
 
@@ -63,7 +63,7 @@ def main() -> None:
     for name, r in runs.items():
         print(
             f"{name:22} {r['cycles']:5d} cycles in {r['seconds']:6.2f} s  ({r['cycles_per_s']:7.1f} cycles/s, "
-            f"{r['decodes']} decodes, {r['failures']} refused, raw.log {r['raw_log_mb']} MB)"
+            f"{r['decodes']} decodes, {r['failures']} refused, {RAW_LOG} {r['raw_log_mb']} MB)"
         )
     print(f"kv-debug on/off time ratio: {ratio:.2f}x")
 

@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, built once and shared
 
+from capture.session import KEY_END, KEY_STOP_REASON, log_of, manifest_of  # noqa: E402
+
 REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
 
 WRITER = """
@@ -76,9 +78,9 @@ def main() -> None:
             plain.write_bytes(fh.read())
         session = Path(tmp) / "session"
         session.mkdir()
-        (session / "manifest.json").write_text("{}")
-        (session / "raw.log").write_bytes(b"")
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(plain), str(session / "raw.log"), str(args.rate),
+        manifest_of(session).write_text("{}")
+        log_of(session).write_bytes(b"")
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(plain), str(log_of(session)), str(args.rate),
                                    str(args.seconds)], stdout=subprocess.PIPE)
         follower = Follower(session)
         t0, c0 = time.perf_counter(), _cpu()
@@ -97,7 +99,7 @@ def main() -> None:
         written_s, writer_s = writer.stdout.read().split()
         written = int(written_s)
         lag = written - follower.poll().bytes_read
-        (session / "manifest.json").write_text(json.dumps({"end": "now", "stop_reason": "benchmark"}))
+        manifest_of(session).write_text(json.dumps({KEY_END: "now", KEY_STOP_REASON: "benchmark"}))
         t1 = time.perf_counter()
         while not (state := follower.poll()).ended:
             pass

@@ -38,11 +38,14 @@ OUT = ROOT / "benchmarks" / "out"
 SHARED = ROOT.parent / "shared" / "data"  # real captures kept next to the repository, not in it
 SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
 SESSIONS = ROOT / "scenario-sessions"  # where benchmarks/scenarios.py puts its captures by default
+sys.path.insert(0, str(ROOT))
+
+from capture.session import RAW_LOG, log_of  # noqa: E402
 
 
 def engine_log(fault: str) -> Path:
     """A real engine capture with batch dumps and find_slot lines (and, with a fault, its failures)."""
-    path = OUT / f"engine-{fault}" / "raw.log"
+    path = log_of(OUT / f"engine-{fault}")
     if not path.exists():
         subprocess.run([sys.executable, "-m", "analyze", "capture", "engine", "--fault", fault,
                         "--requests", "4", "--cycles", "250", "--draft", "4", "--out", str(path.parent)],
@@ -84,7 +87,7 @@ def plain(path: Path, min_mb: int) -> Path:
 
 def capture_name(path: Path) -> str:
     """A capture's name; a session's raw.log is named by its session folder."""
-    return f"{path.parent.name}-raw.log" if path.name == "raw.log" else path.name
+    return f"{path.parent.name}-{RAW_LOG}" if path.name == RAW_LOG else path.name
 
 
 def real_captures(extra: list[Path]) -> list[Path]:
@@ -96,7 +99,7 @@ def real_captures(extra: list[Path]) -> list[Path]:
     # full scenario-matrix captures (benchmarks/scenarios.py, when the server is built): the newest
     # draft-dflash and n-gram ones
     newest: dict[str, Path] = {}
-    for raw in sorted(SESSIONS.glob("*/raw.log")):
+    for raw in sorted(SESSIONS.glob(f"*/{RAW_LOG}")):
         name = raw.parent.name.split("-", 2)[-1]
         if "dflash" in name or "ngram" in name:
             newest[name] = raw

@@ -32,6 +32,7 @@ from capture.scenarios import (  # noqa: E402
     run_scenario,
     trim_log,
 )
+from capture.session import log_of  # noqa: E402
 
 
 def main() -> int:
@@ -61,10 +62,10 @@ def main() -> int:
     for sc in chosen:
         run = run_scenario(sc, args.out / f"{stamp}-{sc.name}", server, limit=args.limit)
         row: dict[str, object] = {"scenario": sc.name, "captured": run.ok, "reason": run.reason, "seconds": run.seconds}
-        if (run.session / "raw.log").exists():
+        if log_of(run.session).exists():
             result = analyze.parse(run.session)
             h = health(result)
-            h.structure = check_structure(result, run.session / "raw.log")
+            h.structure = check_structure(result, log_of(run.session))
             row |= h.to_dict()
             row["problems"] = h.problems()
             if sc.healthy and (not run.ok or not h.healthy or h.structure["wrong"]):
@@ -72,7 +73,7 @@ def main() -> int:
             elif sc.healthy and args.fixtures is not None:
                 args.fixtures.mkdir(parents=True, exist_ok=True)
                 name = f"{sc.name}.log.gz"
-                row["fixture_bytes"] = trim_log(run.session / "raw.log", args.fixtures / name, args.fixture_bytes)
+                row["fixture_bytes"] = trim_log(log_of(run.session), args.fixtures / name, args.fixture_bytes)
                 index_path = args.fixtures / "index.json"
                 index = json.loads(index_path.read_text()) if index_path.exists() else {}
                 index[name] = {"spec_type": h.spec_type, "drafter_kv": h.drafter_kv, "about": sc.about,

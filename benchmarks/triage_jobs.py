@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyze.views.triage import cluster, triage_rows  # noqa: E402
 from capture.engine import EngineConfig, run_engine  # noqa: E402
-from capture.session import Session  # noqa: E402
+from capture.session import Session, log_of  # noqa: E402
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 
@@ -47,7 +47,7 @@ def main() -> None:
             run_engine(EngineConfig(fault=FAULTS[i % len(FAULTS)], requests=3, cycles=args.cycles, seed=i),
                        Session(out))
             paths.append(str(out))
-        mb = sum((Path(p) / "raw.log").stat().st_size for p in paths) / 1e6
+        mb = sum(log_of(Path(p)).stat().st_size for p in paths) / 1e6
         serial, rows1 = timed(paths, 1)
         parallel, rows_n = timed(paths, args.jobs)
         assert [(r.report, r.signature) for r in rows1] == [(r.report, r.signature) for r in rows_n]

@@ -16,10 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from analyze import LiveStats
 from capture.process import die_with_parent
 from capture.sink import write_all
 
@@ -80,50 +81,14 @@ class Terminal:
                 self._clear()
 
 
-@dataclass(slots=True)
-class LiveStats:
-    lines: int = 0
-    batches: int = 0
-    errors: int = 0
-    target_pos: int | None = None
-    drafter_pos: int | None = None
+def status_line(stats: LiveStats, bytes_read: int) -> str:
+    def pos(v: int | None) -> str:
+        return "-" if v is None else str(v)
 
-    def line(self, bytes_read: int) -> str:
-        def pos(v: int | None) -> str:
-            return "-" if v is None else str(v)
-
-        return (
-            f"kvtrace: {self.lines:,} lines  {self.batches:,} batches  {self.errors} errors  "
-            f"target pos {pos(self.target_pos)}  drafter pos {pos(self.drafter_pos)}  "
-            f"({bytes_read / 1e6:,.1f} MB)"
-        )
-
-
-def _get(stats: Any, *names: str) -> Any:
-    for name in names:
-        if isinstance(stats, dict) and name in stats:
-            return stats[name]
-        if hasattr(stats, name):
-            return getattr(stats, name)
-    return None
-
-
-def to_live_stats(stats: Any) -> LiveStats:
-    """Read analyze.StreamParser.stats() whatever its container (dict or dataclass)."""
-
-    def num(*names: str) -> int | None:
-        v = _get(stats, *names)
-        try:
-            return None if v is None else int(v)
-        except (TypeError, ValueError):
-            return None
-
-    return LiveStats(
-        lines=num("lines") or 0,
-        batches=num("batches") or 0,
-        errors=num("errors", "n_errors") or 0,
-        target_pos=num("target_pos", "latest_target_pos", "target_pos_max"),
-        drafter_pos=num("drafter_pos", "latest_drafter_pos", "drafter_pos_max"),
+    return (
+        f"kvtrace: {stats.lines:,} lines  {stats.batches:,} batches  {stats.errors} errors  "
+        f"target pos {pos(stats.target_pos)}  drafter pos {pos(stats.drafter_pos)}  "
+        f"({bytes_read / 1e6:,.1f} MB)"
     )
 
 
@@ -199,16 +164,16 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
             now = time.monotonic()
             if now - last_emit >= interval_s or not data:
                 stats = parser.stats()
-                if not error_sent and stats.get("errors"):
+                if not error_sent and stats.errors:
                     error_sent = True
                     emit("error", triage=_triage_from(raw_path, offset))
                 if now - last_emit >= interval_s:
-                    emit("stats", offset=offset, stats=stats)
+                    emit("stats", offset=offset, stats=asdict(stats))
                     last_emit = now
     stats = parser.stats()
-    if not error_sent and stats.get("errors"):
+    if not error_sent and stats.errors:
         emit("error", triage=_triage_from(raw_path, offset))
-    emit("done", offset=offset, stats=stats)
+    emit("done", offset=offset, stats=asdict(stats))
 
 
 def _triage_from(raw_path: Path, offset: int) -> str:
@@ -264,12 +229,12 @@ class LiveParse:
                 continue
             kind = msg.get("t")
             if kind in ("stats", "done"):
-                self.stats = to_live_stats(msg.get("stats") or {})
-                self.offset = int(msg.get("offset", self.offset))
+                self.stats = LiveStats(**msg["stats"])  # what `follow` sent: the same LiveStats, as JSON
+                self.offset = int(msg["offset"])
                 if kind == "done":
                     self.complete = True
                 else:
-                    self.terminal.status(self.stats.line(self.offset))
+                    self.terminal.status(status_line(self.stats, self.offset))
             elif kind == "error" and self.first_error_at is None:
                 self.first_error_at = time.time()
                 self.triage_printed = str(msg.get("triage", ""))

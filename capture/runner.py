@@ -18,7 +18,7 @@ from typing import Any
 from capture.monitor import LiveParse, Terminal
 from capture.ping import Pinger
 from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
-from capture.session import CHUNKS, Session, now_iso
+from capture.session import CHUNKS, KEY_END, KEY_LIVE, KEY_PID, KEY_PROGRAM, KEY_STOP_REASON, Session, now_iso
 from capture.sink import RawSink
 
 Source = Callable[[threading.Event], Iterator[bytes]]
@@ -187,7 +187,7 @@ def run_capture(
                    start=source.start if isinstance(source, ProgramOutput) else None)
     start_offset = sink.bytes_written
     # kvtrace_pid: a live view (kvtrace dashboard --follow) tells a killed capture from a running one.
-    session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset, "kvtrace_pid": os.getpid()})
+    session.write_manifest({"start": now_iso(), "raw_log_offset": start_offset, KEY_PID: os.getpid()})
     stop_pump = threading.Event()
     eof = threading.Event()
     pump_error: list[str] = []
@@ -264,13 +264,13 @@ def run_capture(
             error = "reading the input failed: " + pump_error[0]
 
         final: dict[str, Any] = {
-            "end": now_iso(),
+            KEY_END: now_iso(),
             "duration_s": round(time.monotonic() - t0, 3),
-            "stop_reason": reason,
+            KEY_STOP_REASON: reason,
             "bytes": sink.bytes_written - start_offset,
             "exit_code": exit_code,
             "signals_received": sigs.received,
-            "live": {
+            KEY_LIVE: {
                 "stats": live_stats,
                 "complete": live_complete,
                 "note": live_note,
@@ -279,7 +279,7 @@ def run_capture(
             },
         }
         if child is not None:
-            final["program"] = {
+            final[KEY_PROGRAM] = {
                 "pid": child.pid,
                 "returncode": returncode,
                 "signal": signal_name(returncode),

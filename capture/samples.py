@@ -22,7 +22,7 @@ import click
 
 from capture.engine import EngineConfig, run_engine
 from capture.models import ModelPair, ModelParams, _write_upstream_drafter, generate_pair
-from capture.session import GROUND_TRUTH, MANIFEST, RAW_LOG, Session
+from capture.session import GROUND_TRUTH, KEY_HOST, MANIFEST, RAW_LOG, Session
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "samples"
 SEED = 0
@@ -58,9 +58,9 @@ def samples() -> list[Sample]:
 def _scrub_manifest(session: Session) -> None:
     """Keep what describes the run; drop what only names the machine that made it."""
     data = session.read_manifest()
-    host = data.get("host") or {}
+    host = data.get(KEY_HOST) or {}
     host.pop("hostname", None)
-    data["host"] = host
+    data[KEY_HOST] = host
     session.manifest_path.unlink()
     session.write_manifest(data)
 

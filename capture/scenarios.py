@@ -24,6 +24,7 @@ from typing import Any
 
 from capture.models import ensure_models, ensure_upstream_drafter
 from capture.rpc import RpcError, RpcServers, find_rpc_server, start
+from capture.session import KEY_PROGRAM, SCENARIO, log_of, read_manifest
 
 # Varied short prompts, each used more than once: repeated prompts let the server reuse cached prefixes.
 PROMPTS = (
@@ -273,7 +274,7 @@ def _last_line(path: Path) -> str:
 
 def _reason_at_exit(session: Path) -> str:
     """One line for a server that went away: the error it printed, else its last line."""
-    raw = session / "raw.log"
+    raw = log_of(session)
     try:
         text = raw.read_bytes()[-65536:].decode("utf-8", "replace").splitlines()
     except OSError:
@@ -285,10 +286,8 @@ def _reason_at_exit(session: Path) -> str:
     last = _last_line(raw)
     if last:
         return last
-    try:
-        code = json.loads((session / "manifest.json").read_text())["program"].get("returncode")
-    except (OSError, ValueError, KeyError, AttributeError):
-        code = None
+    program = read_manifest(session).get(KEY_PROGRAM)
+    code = program.get("returncode") if isinstance(program, dict) else None
     return f"it printed nothing (exit code {code})"
 
 
@@ -354,12 +353,12 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
     ok = not reason
     if ok:
         reason = f"{sum(r.ok for r in requests)} of {len(requests)} requests answered"
-    elif not (session / "raw.log").exists():
+    elif not log_of(session).exists():
         reason += f" ({err.decode('utf-8', 'replace').strip().splitlines()[-1:] or 'kvtrace wrote nothing'})"
     run = ScenarioRun(scenario.name, session, ok, reason, round(time.monotonic() - began, 2), requests,
                       proc.returncode)
     session.mkdir(parents=True, exist_ok=True)
-    (session / "scenario.json").write_text(json.dumps(run.to_dict() | {"scenario": asdict(scenario)}, indent=1))
+    (session / SCENARIO).write_text(json.dumps(run.to_dict() | {"scenario": asdict(scenario)}, indent=1))
     return run
 
 

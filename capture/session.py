@@ -22,13 +22,30 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_ROOT = Path("sessions")
+# The files of a session folder: the one contract between the captures that write them and everything that
+# reads them. Spelled here only (tests/test_layout.py checks): elsewhere they are these names.
 RAW_LOG = "raw.log"
 MANIFEST = "manifest.json"
-GROUND_TRUTH = "ground_truth.parquet"
-REQUESTS = "requests.parquet"
+GROUND_TRUTH = "ground_truth.parquet"  # the embedded engine's record of every decode call
+REQUESTS = "requests.parquet"  # --ping's requests
 CHUNKS = "chunks.parquet"
 CHUNKS_JOURNAL = "chunks.journal"  # what a capture writes as chunks arrive; chunks.parquet at the end
+SCENARIO = "scenario.json"  # a scenario run: the scenario and how it went
+VERDICT = "verdict.json"  # `kvtrace parse` of a session: the verdict, beside the tables (table_file)
+FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT)
 JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
+
+# The manifest keys read by something other than the capture that wrote them (the reader, the live view,
+# the scenarios); writers and readers both use these names.
+KEY_END = "end"  # `kvtrace capture`: when it stopped
+KEY_ENDED = "ended"  # the embedded engine: when it stopped
+KEY_STOP_REASON = "stop_reason"
+KEY_OUTCOME = "outcome"  # the engine's: {"status": ...}
+KEY_PID = "kvtrace_pid"  # the capturing process: a live view tells a killed capture from a running one
+KEY_HOST = "host"  # host_info()
+KEY_COMMAND_LINE = "effective_command_line"  # the program's command line (secrets redacted)
+KEY_PROGRAM = "program"  # the captured program: pid, returncode, signal
+KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed, triage
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -44,6 +61,43 @@ def tool_version() -> str:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def log_of(folder: Path) -> Path:
+    """A session folder's log."""
+    return Path(folder) / RAW_LOG
+
+
+def log_named(path: Path) -> Path:
+    """The log a path names: a session folder's raw.log, any other path itself."""
+    path = Path(path)
+    return log_of(path) if path.is_dir() else path
+
+
+def manifest_of(folder: Path) -> Path:
+    return Path(folder) / MANIFEST
+
+
+def table_file(table: str) -> str:
+    """The file a table of the reader's is written to (`kvtrace parse` writes them beside raw.log)."""
+    return f"{table}.parquet"
+
+
+def folder_of(path: Path) -> Path | None:
+    """The session folder a path names: the folder itself, or the one a raw.log lies in; else None."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return path.parent if path.name == RAW_LOG else None
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """A session folder's manifest; {} where there is none or it is not a JSON object (being written, cut)."""
+    try:
+        manifest = json.loads(manifest_of(folder).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
 def host_info() -> dict[str, Any]:
@@ -63,29 +117,25 @@ class Session:
 
     @property
     def raw_log(self) -> Path:
-        return self.path / RAW_LOG
+        return log_of(self.path)
 
     @property
     def manifest_path(self) -> Path:
-        return self.path / MANIFEST
+        return manifest_of(self.path)
 
     @property
     def ground_truth(self) -> Path:
         return self.path / GROUND_TRUTH
 
     def read_manifest(self) -> dict[str, Any]:
-        try:
-            manifest: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            return manifest
-        except (OSError, ValueError):
-            return {}
+        return read_manifest(self.path)
 
     def write_manifest(self, data: dict[str, Any]) -> None:
         """Merge `data` into manifest.json, atomically (a reader never sees half a file)."""
         merged = self.read_manifest()
         merged.update(data)
         merged.setdefault("tool", {"name": "kvtrace", "version": tool_version()})
-        merged.setdefault("host", host_info())
+        merged.setdefault(KEY_HOST, host_info())
         tmp = self.manifest_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, self.manifest_path)
@@ -115,7 +165,7 @@ def new_session(kind: str, label: str = "", *, out: Path | None = None, root: Pa
 
 def is_session(path: Path) -> bool:
     path = Path(path)
-    return path.is_dir() and (path / RAW_LOG).is_file()
+    return path.is_dir() and log_of(path).is_file()
 
 
 def list_sessions(root: Path | None = None) -> list[Session]:

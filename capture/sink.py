@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from capture.session import CHUNKS_JOURNAL, JOURNAL_RECORD, load_chunks
+from capture.session import CHUNKS_JOURNAL, JOURNAL_RECORD, RAW_LOG, load_chunks
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -52,7 +52,7 @@ class RawSink:
         # The lock keeps a late writer (a source that could not be interrupted) off a closed descriptor.
         with self._lock:
             if self._fd < 0:
-                raise OSError("raw.log is closed")
+                raise OSError(f"{RAW_LOG} is closed")
             write_all(self._fd, chunk)
             write_all(self._journal_fd, JOURNAL_RECORD.pack(t, self.bytes_written, len(chunk)))
             self.bytes_written += len(chunk)
@@ -68,7 +68,7 @@ class RawSink:
         Python). Returns the count, 0 at end of input. Raises OSError(EINVAL) when `fd` is not a pipe."""
         with self._lock:
             if self._fd < 0:
-                raise OSError("raw.log is closed")
+                raise OSError(f"{RAW_LOG} is closed")
             n = os.splice(fd, self._fd, max_bytes)
             if n:
                 write_all(self._journal_fd, JOURNAL_RECORD.pack(time.time(), self.bytes_written, n))

@@ -24,7 +24,7 @@ from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
 from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, Source, StopRules, run_capture
-from capture.session import REQUESTS, Session, is_session, new_session
+from capture.session import KEY_COMMAND_LINE, KEY_LIVE, KEY_PROGRAM, RAW_LOG, REQUESTS, Session, is_session, new_session
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -159,7 +159,7 @@ def _rules(opts: CaptureOptions, keep_running: bool = False) -> StopRules:
 def _session(opts: CaptureOptions, kind: str, label: str) -> Session:
     if opts.out is not None and is_session(opts.out):
         # Two captures in one folder would mix their manifests: each capture gets its own.
-        raise UsageError(f"{opts.out} already holds a capture (raw.log); choose another --out")
+        raise UsageError(f"{opts.out} already holds a capture ({RAW_LOG}); choose another --out")
     try:
         session = new_session(kind, opts.label or label, out=opts.out, root=opts.root)
     except OSError as exc:
@@ -196,7 +196,7 @@ def run_wrapped(
         "session": session.path.name,
         "command": llama_args.redact_argv(argv),
         "effective_command": redacted,
-        "effective_command_line": llama_args.shell_join(redacted),
+        KEY_COMMAND_LINE: llama_args.shell_join(redacted),
         "added_flags": prep.added,
         "skipped_flags": prep.skipped,
         "env_set": llama_args.redact_env(prep.set_env),
@@ -227,7 +227,7 @@ def run_wrapped(
         raise UsageError(f"could not start {argv[0]}: {exc.strerror or exc}") from exc
     finally:
         os.close(out_fd)  # the program holds its own copies
-    session.write_manifest({"program": {"pid": child.pid}})
+    session.write_manifest({KEY_PROGRAM: {"pid": child.pid}})
     terminal = _terminal(opts)
     pinger = None
     if ping_cfg is not None:
@@ -319,13 +319,13 @@ def _report(session: Session, outcome: Outcome, opts: CaptureOptions) -> None:
     say(f"kvtrace: stopped ({outcome.reason}){how}; {outcome.bytes:,} bytes in {session.raw_log}")
     if outcome.error:
         say(f"kvtrace: error: {outcome.error}")
-    live = outcome.manifest.get("live") or {}
+    live = outcome.manifest.get(KEY_LIVE) or {}
     if live.get("complete") is False and live.get("stats"):
         parsed = live["stats"].get("bytes_parsed") or 0
         why = f"the live parse stopped: {live['failed']}" if live.get("failed") else \
             "the log came faster than it could be parsed"
         say(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB ({why}); "
-            "raw.log is complete")
+            f"{RAW_LOG} is complete")
     say(
         f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
         f"to a bug report; next: kvtrace triage {session.raw_log}"
@@ -339,7 +339,7 @@ def _report(session: Session, outcome: Outcome, opts: CaptureOptions) -> None:
             "signal": outcome.signal,
             "bytes": outcome.bytes,
             "error": outcome.error,
-            "live": outcome.manifest.get("live"),
+            "live": outcome.manifest.get(KEY_LIVE),
             "ping": outcome.manifest.get("ping"),
         }
         sys.stdout.write(json.dumps(summary, default=str) + "\n")

@@ -164,7 +164,7 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 PUBLIC_API = {
-    "analyze": ["InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
+    "analyze": ["InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
     "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions",
                 "Session", "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks",
                 "new_session", "run_attach", "run_engine", "run_llama_swap", "run_wrapped"],
@@ -233,3 +233,49 @@ def test_the_wheel_installs_no_top_level_app_module() -> None:
 
     assert app_path().is_relative_to(ROOT / "analyze")
     assert (ROOT / "app.py").read_text(encoding="utf-8").count("\n") <= 6
+
+
+SCANNED = ("analyze", "capture", "benchmarks", "app.py")
+HELP_KEYWORDS = {"help", "epilog"}  # click options' and commands' texts for users
+
+
+def _allowed_strings(tree: ast.AST) -> set[int]:
+    """The ids of the string nodes that may name a session file: docstrings and click help texts. They
+    tell a user what a session holds, no code opens a file by them, and a rename shows up in their review."""
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                allowed.add(id(first.value))
+        if isinstance(node, ast.keyword) and node.arg in HELP_KEYWORDS:
+            allowed.update(id(n) for n in ast.walk(node.value))
+    return allowed
+
+
+def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every session file name a module's code spells, f-strings' text included."""
+    from capture.session import FILES
+
+    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(name) for name in FILES) + r")(?!\w)")
+    allowed = _allowed_strings(tree)
+    return sorted((node.lineno, m[0]) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in allowed
+                  and (m := pattern.search(node.value)))
+
+
+def test_session_file_names_are_spelled_only_in_capture_session() -> None:
+    """capture/session.py is the one home of a session folder's layout: every other module names its files
+    through its constants and functions, so a rename cannot leave one behind."""
+    paths = [ROOT / "app.py"] + [p for top in SCANNED[:-1] for p in sorted((ROOT / top).rglob("*.py"))]
+    bad = [f"{path.relative_to(ROOT)}:{line}: {name!r}" for path in paths if path != ROOT / "capture" / "session.py"
+           for line, name in _spelled(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not bad, "session file names spelled outside capture/session.py:\n" + "\n".join(bad)
+
+
+def test_the_layout_check_sees_a_spelled_name() -> None:
+    """The check above finds a name in code and in an f-string's text, and lets docstrings and help be."""
+    tree = ast.parse('def f(folder, x):\n    """Reads raw.log."""\n    open(folder / "raw.log")\n'
+                     '    return f"{x}/manifest.json", f"{x}-raw.log", "my_raw.log", "raw.log.gz"\n'
+                     '@click.option("--out", help="where raw.log goes")\ndef g(): pass\n')
+    assert _spelled(tree) == [(3, "raw.log"), (4, "manifest.json"), (4, "raw.log"), (4, "raw.log")]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from analyze.dashboard.launch import DEFAULT_HOST, app_path
+from capture.session import log_named
 
 if TYPE_CHECKING:
     from analyze.dashboard.launch import Dashboard
@@ -74,7 +75,7 @@ def serve(dash: Dashboard) -> int:
 def _check_follow(source: Path | None) -> None:
     if source is None:
         raise click.UsageError("--follow needs a SESSION folder or a LOG file to follow")
-    log = source / "raw.log" if source.is_dir() else source
+    log = log_named(source)
     if not source.exists():
         # a capture started beside the dashboard (`kvtrace capture engine --out live & kvtrace dashboard live -f`)
         # makes its folder a moment later: the page waits for it, as it waits for a session's raw.log

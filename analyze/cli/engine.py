@@ -242,11 +242,12 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     try:
         import analyze
         from analyze.cli.read import format_verdict
+        from capture.session import log_of
     except ImportError:  # the reader is not installed: the capture is still there to read later
         click.echo(f"    the log reader is not available; read the session later: kvtrace triage {result.session}")
         return
     try:
-        parsed = analyze.parse(result.session / "raw.log")
+        parsed = analyze.parse(log_of(result.session))
     except analyze.InputError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         raise SystemExit(1) from None

@@ -9,7 +9,6 @@ Nothing here raises for a missing, deleted or cut file: it becomes a notice, and
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -19,7 +18,16 @@ from pathlib import Path
 from typing import BinaryIO
 
 from analyze.parser import ParseResult, StreamParser
-from capture.session import MANIFEST, RAW_LOG
+from capture.session import (
+    KEY_END,
+    KEY_ENDED,
+    KEY_HOST,
+    KEY_OUTCOME,
+    KEY_PID,
+    KEY_STOP_REASON,
+    log_named,
+    read_manifest,
+)
 
 READ_BUDGET = 32 << 20  # bytes parsed per poll at most, so a page update never waits on a whole big log
 READ_SIZE = 4 << 20
@@ -53,14 +61,14 @@ def _pid_alive(pid: int) -> bool:
 def capture_end(manifest: dict[str, object]) -> tuple[bool, str | None]:
     """(ended, why) from a session's manifest: `kvtrace capture` writes `end`, the engine `ended`; a capture
     whose own process is gone without writing either was killed."""
-    if "end" in manifest or "ended" in manifest:
-        reason = manifest.get("stop_reason")
-        outcome = manifest.get("outcome")
+    if KEY_END in manifest or KEY_ENDED in manifest:
+        reason = manifest.get(KEY_STOP_REASON)
+        outcome = manifest.get(KEY_OUTCOME)
         if reason is None and isinstance(outcome, dict):
             reason = outcome.get("status")
         return True, None if reason is None else str(reason)
-    pid = manifest.get("kvtrace_pid")
-    host = manifest.get("host")
+    pid = manifest.get(KEY_PID)
+    host = manifest.get(KEY_HOST)
     same_host = isinstance(host, dict) and host.get("hostname") == socket.gethostname()
     if isinstance(pid, int) and same_host and not _pid_alive(pid):
         return True, "killed"
@@ -74,7 +82,7 @@ class Follower:
         path = Path(path)
         self.path = path
         self.session = path if path.is_dir() else None
-        self.log = path / RAW_LOG if path.is_dir() else path
+        self.log = log_named(path)
         self.interval_s = interval_s
         self.share = share
         self.parser = StreamParser(self.log.name)
@@ -140,13 +148,7 @@ class Follower:
             self._notices.append(f"{self.log.name} was truncated: reading it again from the start.")
 
     def _manifest(self) -> dict[str, object]:
-        if self.session is None:
-            return {}
-        try:
-            data = json.loads((self.session / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return {} if self.session is None else read_manifest(self.session)
 
     # -- the one entry point ----------------------------------------------------------------------
     def poll(self) -> LiveState:
@@ -163,7 +165,7 @@ class Follower:
         """A path that did not exist when following began (a capture started beside the dashboard has not made
         its folder yet) is a session folder once it appears as one."""
         if self.session is None and self.log == self.path and self.path.is_dir():
-            self.session, self.log = self.path, self.path / RAW_LOG
+            self.session, self.log = self.path, log_named(self.path)
             self.parser.name = self.log.name
 
     def _advance(self) -> None:

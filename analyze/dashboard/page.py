@@ -36,7 +36,7 @@ from analyze.positions import (
 from analyze.views.bundle import zip_tables
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.views.report import escape, markdown_report, what_to_do
-from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
+from capture.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 
 if TYPE_CHECKING:
     from analyze import ParseResult
@@ -144,9 +144,9 @@ def open_source(src: Source) -> Opened:
 def path_source(path: str | Path, name: str | None = None) -> Source | str:
     """A Source for a log or session folder on this machine, or a one-line reason it cannot be opened."""
     p = Path(path).expanduser()
-    log = p / "raw.log" if p.is_dir() else p
+    log = log_named(p)
     if not log.is_file():
-        return f"{p}: no such log file or session folder (a session folder holds raw.log)"
+        return f"{p}: no such log file or session folder (a session folder holds {RAW_LOG})"
     try:
         stat = log.stat()
         digest = _file_digest(str(log), stat.st_size, stat.st_mtime_ns)
@@ -219,7 +219,7 @@ def gather_sources() -> tuple[list[Source], list[str]]:
     for sess in list_sessions(DEFAULT_ROOT):
         choices[f"session: {sess.path.name}"] = sess.path
     if SAMPLES.is_dir():
-        for sample in sorted(p for p in SAMPLES.iterdir() if (p / "raw.log").is_file()):
+        for sample in sorted(p for p in SAMPLES.iterdir() if is_session(p)):
             choices[f"sample: {sample.name}"] = sample
     picked = st.sidebar.selectbox("...or a captured session or bundled sample", list(choices), key="session")
     chosen = choices.get(picked)
@@ -550,7 +550,7 @@ def show_live_status(state: LiveState, src: Source, key: str) -> None:
         st.warning(escape(note))
     name = escape(src.name)
     if state.waiting:
-        what = "raw.log" if src.path is None or Path(src.path).exists() else "its folder or file"
+        what = RAW_LOG if src.path is None or Path(src.path).exists() else "its folder or file"
         st.info(f"Following {name}: waiting for the capture to write {what} (nothing yet).")
     elif state.ended:
         why = {"until-error": "it stopped at the first decode failure (--until-error), after its grace period",

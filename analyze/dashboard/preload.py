@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from capture.session import log_named
+
 if TYPE_CHECKING:  # the server imports this before streamlit starts: the reader (pandas) loads in the child
     from analyze.parser import ParseResult
 
@@ -37,7 +39,7 @@ _lock = threading.Lock()
 
 def _key(path: str) -> tuple[str, int, int] | None:
     p = Path(path)
-    log = p / "raw.log" if p.is_dir() else p
+    log = log_named(p)
     try:
         st = os.stat(log)
     except OSError:

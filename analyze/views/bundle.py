@@ -10,6 +10,8 @@ import json
 import zipfile
 from typing import TYPE_CHECKING
 
+from capture.session import VERDICT
+
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
 
@@ -29,5 +31,5 @@ def zip_tables(result: ParseResult, fmt: str = "parquet") -> bytes:
             else:
                 frame.to_csv(out, index=False)
             zf.writestr(f"{name}.{fmt}", out.getvalue())
-        zf.writestr("verdict.json", json.dumps(result.verdict.to_dict(), indent=2, default=str) + "\n")
+        zf.writestr(VERDICT, json.dumps(result.verdict.to_dict(), indent=2, default=str) + "\n")
     return buf.getvalue()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from analyze.signatures import ORDER
 from analyze.views.report import escape
+from capture.session import RAW_LOG
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ COLUMNS = ("cluster", "report", "signature", "side", "key", "kind", "seq_id", "x
 
 def _name(source: str) -> str:
     path = Path(source)
-    return "stdin" if source == "-" else (path.name if path.name != "raw.log" else path.parent.name + "/raw.log")
+    return "stdin" if source == "-" else (path.name if path.name != RAW_LOG else f"{path.parent.name}/{RAW_LOG}")
 
 
 def triage_row(source: str) -> TriageRow:

@@ -13,6 +13,7 @@ import numpy as np
 
 from capture.engine.config import SPLIT_MODES, EngineConfig, EngineError
 from capture.gpus import query_gpus
+from capture.session import RAW_LOG
 
 # Set before the contexts exist: llama.cpp reads both once, with getenv, when a context is created.
 BATCH_DEBUG_ENV = "LLAMA_BATCH_DEBUG"
@@ -55,7 +56,7 @@ class Context:
             mp.tensor_split = self._tensor_split
         self.model = llama.llama_model_load_from_file(str(path).encode(), mp)
         if not self.model:
-            raise EngineError(f"llama.cpp could not load the {name} model {path} (see raw.log)")
+            raise EngineError(f"llama.cpp could not load the {name} model {path} (see {RAW_LOG})")
         cp = llama.llama_context_default_params()
         cp.n_ctx = n_ctx
         cp.n_batch = config.n_batch
@@ -69,7 +70,7 @@ class Context:
         self.ctx = llama.llama_init_from_model(self.model, cp)
         if not self.ctx:
             llama.llama_model_free(self.model)
-            raise EngineError(f"llama.cpp could not create the {name} context (see raw.log)")
+            raise EngineError(f"llama.cpp could not create the {name} context (see {RAW_LOG})")
         self.n_ctx = llama.llama_n_ctx(self.ctx)
         self.mem = llama.llama_get_memory(self.ctx)
         self.vocab = llama.llama_model_get_vocab(self.model)

@@ -15,7 +15,7 @@ from capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
 from capture.engine.loop import Engine
 from capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
 from capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
-from capture.session import GROUND_TRUTH, RAW_LOG, Session, now_iso, tool_version
+from capture.session import GROUND_TRUTH, KEY_ENDED, KEY_OUTCOME, KEY_PID, RAW_LOG, Session, now_iso, tool_version
 
 
 def model_entry(path: Path, models: ModelPair) -> dict[str, Any]:
@@ -112,8 +112,8 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
             "device": device_info(config),
             "files": {"raw_log": RAW_LOG, "ground_truth": GROUND_TRUTH},
             "started": started,
-            "outcome": {"status": "running"},
-            "kvtrace_pid": os.getpid(),  # a live view tells a killed capture from a running one
+            KEY_OUTCOME: {"status": "running"},
+            KEY_PID: os.getpid(),  # a live view tells a killed capture from a running one
         }
     )
     saved = {name: os.environ.get(name) for name in (BATCH_DEBUG_ENV, KV_DEBUG_ENV)}
@@ -135,7 +135,7 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
             finally:
                 engine.close()
         if writer.levels[DEBUG] == 0:
-            raise EngineError("llama.cpp delivered no DEBUG-level lines, so raw.log has no batch dumps")
+            raise EngineError(f"llama.cpp delivered no DEBUG-level lines, so {RAW_LOG} has no batch dumps")
         status = "ok"
     finally:
         writer.close()
@@ -150,8 +150,8 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
             _write_ground_truth(session.ground_truth, decodes)
         session.write_manifest(
             {
-                "ended": now_iso(),
-                "outcome": {
+                KEY_ENDED: now_iso(),
+                KEY_OUTCOME: {
                     "status": status,
                     "decodes": len(decodes),
                     "failures": sum(1 for d in decodes if d.ret != 0),

@@ -59,6 +59,27 @@ def test_junk_gives_no_log(data: bytes) -> None:
     assert r.batches.empty and r.errors.empty
 
 
+def test_a_session_manifest_adds_the_flags_its_log_never_prints(tmp_path: Path) -> None:
+    """The command line is in the manifest, not in raw.log: read from the folder or its raw.log, not from a
+    log elsewhere, and never where the manifest is not a JSON object."""
+    import json
+
+    from capture.session import KEY_COMMAND_LINE, log_of, manifest_of
+
+    session = tmp_path / "session"
+    session.mkdir()
+    log_of(session).write_bytes(SEED.read_bytes())
+    manifest_of(session).write_text(json.dumps({KEY_COMMAND_LINE: "llama-server -m t.gguf -sm row -ts 3,1"}))
+    for source in (session, log_of(session)):
+        flags = analyze.parse(source).meta["flags"]
+        assert (flags.get("-sm"), flags.get("-ts")) == ("row", "3,1"), source
+    elsewhere = tmp_path / "copy.log"
+    elsewhere.write_bytes(SEED.read_bytes())
+    assert "-sm" not in analyze.parse(elsewhere).meta["flags"]
+    manifest_of(session).write_text(json.dumps(["-sm", "row"]))
+    assert "-sm" not in analyze.parse(session).meta["flags"]
+
+
 def test_missing_file_and_folder_without_log(tmp_path: Path) -> None:
     with pytest.raises(analyze.InputError, match="no such file"):
         analyze.parse(tmp_path / "nope.log")
@@ -71,7 +92,7 @@ def test_stream_parser_matches_whole_parse() -> None:
     sp = analyze.StreamParser("seed")
     for i in range(0, len(data), 97):  # odd chunk sizes split lines anywhere
         sp.feed(data[i : i + 97])
-    assert sp.stats()["position_errors"] == 3
+    assert sp.stats().position_errors == 3
     r = sp.finish()
     whole = analyze.parse(data)
     assert r.verdict.to_dict() | {"source": ""} == whole.verdict.to_dict() | {"source": ""}

@@ -70,7 +70,8 @@ def _state(w: Walker) -> dict[str, Any]:
     out["events"] = [dataclasses.asdict(e) for e in w.events]
     out["meta"] = json.dumps(w.meta, sort_keys=True, default=repr)
     for name in ("n_lines", "n_recognised", "_dump", "_fragment", "_fields", "_seqs", "_kv_size", "_cur_rows",
-                 "_cur_sizes", "_cur_found_slot", "_hint", "_seq_hint", "_batch_t", "_batch_line", "buffers"):
+                 "_cur_sizes", "_cur_found_slot", "_hint", "_seq_hint", "_batch_t", "_batch_line", "buffers",
+                 "layout", "draft_seen"):
         out[name] = getattr(w, name)
     out["_failure"] = None if w._failure is None else dataclasses.asdict(w._failure)  # noqa: SLF001
     return _plain(out)
