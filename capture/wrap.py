@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,12 +72,6 @@ class Prepared:
 def say(text: str) -> None:
     sys.stderr.write(text.rstrip("\n") + "\n")
     sys.stderr.flush()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def debug_environment(

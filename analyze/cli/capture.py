@@ -244,7 +244,8 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
       kvtrace capture llama-swap config.yaml qwen-dflash --until-error --out ./repro
     """
     from capture.llamaswap import resolve
-    from capture.wrap import free_port, run_llama_swap
+    from capture.session import free_port
+    from capture.wrap import run_llama_swap
 
     live = LiveDashboard(kw.pop("dashboard"))
 

@@ -13,10 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from capture.session import load_chunks
+from capture.session import free_port, load_chunks
 from tests.capture.capture_helpers import (
     file_contains,
-    free_port,
     kvtrace_argv,
     manifest,
     pid_alive,

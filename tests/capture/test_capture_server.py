@@ -10,7 +10,8 @@ import pytest
 
 import analyze
 from capture.models import ensure_models
-from tests.capture.capture_helpers import NEEDS_SERVER, free_port, manifest, run_kvtrace
+from capture.session import free_port
+from tests.capture.capture_helpers import NEEDS_SERVER, manifest, run_kvtrace
 
 pytestmark = NEEDS_SERVER
 
