@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult, StreamParser, parse, write_tables
-    from analyze.source import InputError
+    from analyze.source import FileTail, InputError
     from analyze.verdict import Verdict
 
 _LAZY = {"ParseResult": "analyze.parser", "StreamParser": "analyze.parser", "parse": "analyze.parser",
-         "write_tables": "analyze.parser", "InputError": "analyze.source", "Verdict": "analyze.verdict"}
+         "write_tables": "analyze.parser", "FileTail": "analyze.source", "InputError": "analyze.source",
+         "Verdict": "analyze.verdict"}
 
-__all__ = ["InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
+__all__ = ["FileTail", "InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
 
 
 def __getattr__(name: str) -> object:

@@ -164,7 +164,7 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 PUBLIC_API = {
-    "analyze": ["InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
+    "analyze": ["FileTail", "InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
     "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions",
                 "Session", "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks",
                 "new_session", "run_attach", "run_engine", "run_llama_swap", "run_wrapped"],
