@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -39,6 +40,8 @@ class StopRules:
 
 @dataclass(slots=True)
 class Outcome:
+    """How a capture ended, for the caller to present (the library prints no summary)."""
+
     reason: str
     exit_code: int
     returncode: int | None = None
@@ -46,6 +49,7 @@ class Outcome:
     bytes: int = 0
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    session: Path | None = None
 
 
 class _Signals:
@@ -298,4 +302,5 @@ def run_capture(
         bytes=sink.bytes_written - start_offset,
         error=error,
         manifest=session.read_manifest(),
+        session=session.path,
     )

@@ -165,9 +165,10 @@ def test_help_imports_no_heavy_module() -> None:
 
 PUBLIC_API = {
     "analyze": ["FileTail", "InputError", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
-    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions",
-                "Session", "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks",
-                "new_session", "run_attach", "run_engine", "run_llama_swap", "run_wrapped"],
+    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream",
+                "ModelPair", "Outcome", "RunOptions", "Session", "StdinSource", "Terminal", "UrlSource", "UsageError",
+                "ensure_models", "is_session", "list_sessions", "load_chunks", "new_session", "run_attach",
+                "run_engine", "run_llama_swap", "run_wrapped"],
 }
 
 

@@ -469,10 +469,12 @@ def test_a_second_ctrl_c_stops_the_program_at_once(tmp_path: Path, py: str) -> N
 def test_the_end_says_why_the_live_summary_is_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], live: dict[str, object], why: str
 ) -> None:
+    from analyze.cli.capture import report_outcome
     from capture.runner import Outcome
     from capture.session import new_session
-    from capture.wrap import CaptureOptions, _report
 
     session = new_session("run", out=tmp_path / "s")
-    _report(session, Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}), CaptureOptions())
+    report_outcome(Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}, session=session.path),
+                   as_json=False)
     assert f"kvtrace: the live summary covers 1.0 of 3.0 MB ({why}); raw.log is complete\n" in capsys.readouterr().err
+
