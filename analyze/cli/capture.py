@@ -84,7 +84,8 @@ class LiveDashboard:
 
 
 def outcome_lines(outcome: Outcome) -> list[str]:
-    """The end of a capture on stderr: how it stopped, and what to do with the session."""
+    """The end of a capture on stderr: how it stopped, why a program that ended at start-up ended (its own last
+    lines), and what to do with the session when its log holds something to triage."""
     from capture.session import Session
 
     assert outcome.session is not None
@@ -93,6 +94,12 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     if outcome.returncode is not None:
         how = f"; program {outcome.signal or f'exit code {outcome.returncode}'}"
     lines = [f"kvtrace: stopped ({outcome.reason}){how}; {outcome.bytes:,} bytes in {session.raw_log}"]
+    if outcome.startup_lines is not None:
+        if outcome.startup_lines:
+            lines.append("kvtrace: the program exited during start-up; the last lines it printed:")
+            lines.extend(f"kvtrace:   | {line}" for line in outcome.startup_lines)
+        else:
+            lines.append("kvtrace: the program exited during start-up without printing anything")
     if outcome.error:
         lines.append(f"kvtrace: error: {outcome.error}")
     live = outcome.manifest.get("live") or {}
@@ -102,8 +109,9 @@ def outcome_lines(outcome: Outcome) -> list[str]:
             "the log came faster than it could be parsed"
         lines.append(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB "
                      f"({why}); raw.log is complete")
-    lines.append(f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
-                 f"to a bug report; next: kvtrace triage {session.raw_log}")
+    if outcome.has_triage:
+        lines.append(f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
+                     f"to a bug report; next: kvtrace triage {session.raw_log}")
     return lines
 
 
@@ -117,6 +125,7 @@ def outcome_summary(outcome: Outcome) -> dict[str, Any]:
         "signal": outcome.signal,
         "bytes": outcome.bytes,
         "error": outcome.error,
+        "startup_lines": outcome.startup_lines,
         "live": outcome.manifest.get("live"),
         "ping": outcome.manifest.get("ping"),
     }

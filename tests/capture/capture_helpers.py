@@ -61,6 +61,14 @@ def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def end_lines(stderr: bytes, first: str) -> list[str]:
+    """What kvtrace printed from the last line starting with `first` on."""
+    lines = stderr.decode().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(first)]
+    assert starts, stderr.decode()[-2000:]
+    return lines[starts[-1]:]
+
+
 def file_contains(path: Path, needle: bytes) -> Callable[[], bool]:
     def check() -> bool:
         try:
