@@ -108,7 +108,7 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         why = f"the live parse stopped: {live['failed']}" if live.get("failed") else \
             "the log came faster than it could be parsed"
         lines.append(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB "
-                     f"({why}); raw.log is complete")
+                     f"({why}); {session.raw_log.name} is complete")
     if outcome.has_triage:
         lines.append(f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
                      f"to a bug report; next: kvtrace triage {session.raw_log}")
@@ -276,6 +276,7 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
       kvtrace capture attach --file /var/log/llama-server.log --follow --until-error
       llama-server ... 2>&1 | kvtrace capture attach --stdin
       kvtrace capture attach --llama-swap http://127.0.0.1:8080 --model qwen-dflash
+      kvtrace capture attach --url http://127.0.0.1:9000/log --until-error
     """
     screen = CaptureScreen(kw)
 
