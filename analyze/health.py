@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyze.cycles import cycle_stats
-from analyze.spec import NONE, keeping
 from analyze.overview import overview
 from analyze.positions import apart, apart_stretches, choose_axis, default_tolerance, sequences
+from analyze.spec import NONE, keeping
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

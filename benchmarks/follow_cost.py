@@ -64,8 +64,8 @@ def main() -> None:
     args = ap.parse_args()
     import plotly.io as pio
 
-    from analyze.views.figures import position_figure
     from analyze.dashboard.follow import Follower
+    from analyze.views.figures import position_figure
 
     os.nice(10)  # as `kvtrace dashboard --follow` runs its server
     src = args.log or (REAL_LOG if REAL_LOG.is_file() else big_log(100, "stale-drafter"))

@@ -18,15 +18,15 @@ import pandas as pd
 import streamlit as st
 
 import analyze
-from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.dashboard import preload
-from analyze.views.bundle import zip_tables
-from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.dashboard.follow import Follower, LiveState
+from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
+from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.overview import overview
 from analyze.positions import XAxis, choose_axis, default_tolerance, first_divergence, sequences
-from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.views.bundle import zip_tables
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.views.report import advice, escape, markdown_report
 from capture.session import DEFAULT_ROOT, list_sessions, load_chunks
 

@@ -16,8 +16,6 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyze.definitions import reset_events
-from analyze.records import detail_of
-from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
 from analyze.positions import (
     XAxis,
     apart,
@@ -27,6 +25,8 @@ from analyze.positions import (
     floats,
     stored_positions,
 )
+from analyze.records import detail_of
+from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

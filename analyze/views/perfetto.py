@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from analyze.definitions import reset_events
-from analyze.records import detail_of
 from analyze.positions import choose_axis, sequences, stored_positions
+from analyze.records import detail_of
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from analyze.devices import device_rows, layout_line, placement_rows
-from analyze.signatures import SignatureMatch, match_signature, plain_summary
 from analyze.overview import Overview, overview
 from analyze.positions import XAxis, stored_positions
+from analyze.signatures import SignatureMatch, match_signature, plain_summary
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analyze
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
 from analyze.overview import overview
-from analyze.views.perfetto import trace
 from analyze.positions import floats
+from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from analyze.views.perfetto import trace
 from tests.analyze.formats import batch_dump, find_slot
 
 ROOT = Path(__file__).resolve().parents[2]
