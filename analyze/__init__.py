@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from analyze.parser import ParseResult, StreamParser, parse, write_tables
     from analyze.records import LiveStats
-    from analyze.source import InputError
+    from analyze.source import FileTail, InputError
     from analyze.verdict import Verdict
 
 _LAZY = {"ParseResult": "analyze.parser", "StreamParser": "analyze.parser", "parse": "analyze.parser",
-         "write_tables": "analyze.parser", "InputError": "analyze.source", "Verdict": "analyze.verdict",
+         "write_tables": "analyze.parser", "FileTail": "analyze.source", "InputError": "analyze.source",
+         "Verdict": "analyze.verdict",
          "LiveStats": "analyze.records"}  # light: a capture's wrapper reads it without loading the reader
 
-__all__ = ["InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
+__all__ = ["FileTail", "InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
 
 
 def __getattr__(name: str) -> object:

@@ -5,6 +5,7 @@ UTF-8, a truncated gzip).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -167,3 +168,61 @@ def iter_chunks(opened: Opened, chunk_size: int = CHUNK) -> Iterator[str]:
         overlong = len(tail) > MAX_LINE
     if carry:
         yield clean_chunk(decode(carry))
+
+
+class FileTail:
+    """One log file read while something writes it, whatever happens to it meanwhile: truncated in place
+    (copytruncate) it is read again from the start; rotated (a new file at the same name) the old one's last
+    bytes come first, then the new file; removed, it is waited for. `kvtrace capture attach --follow` and the
+    dashboard's live view both read a followed file through this."""
+
+    ROTATED, TRUNCATED, GONE = "rotated", "truncated", "gone"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._f: BinaryIO | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._f is not None
+
+    def open(self, *, at_end: bool = False) -> None:
+        """Open the file now; OSError when it cannot be read. `at_end`: skip what it already holds."""
+        self._f = open(self.path, "rb")  # noqa: SIM115 - kept open between reads, closed by close()
+        if at_end:
+            self._f.seek(0, os.SEEK_END)
+
+    def read(self, size: int) -> bytes:
+        """What the file got since the last read, at most `size` bytes; b"" when nothing new (then `check`)."""
+        return self._f.read(size) if self._f is not None else b""
+
+    def check(self) -> tuple[str | None, bytes]:
+        """At the end of the file for now: did it change under us? (ROTATED, TRUNCATED, GONE or None, and the
+        bytes the old file got after the last read, which come before anything of the new one.) After
+        ROTATED the new file is open, unless it went away again at once: then `is_open` is False until a
+        later check opens it."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self.GONE, b""  # moved away or deleted; a new file may come
+        if self._f is None:  # the new file after a rotation could not be opened at once (already told)
+            with contextlib.suppress(OSError):
+                self.open()
+            return None, b""
+        cur = os.fstat(self._f.fileno())
+        if (st.st_ino, st.st_dev) != (cur.st_ino, cur.st_dev):
+            rest = self._f.read()
+            self._f.close()
+            self._f = None
+            with contextlib.suppress(OSError):
+                self.open()
+            return self.ROTATED, rest
+        if st.st_size < self._f.tell():
+            self._f.seek(0)
+            return self.TRUNCATED, b""
+        return None, b""
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None

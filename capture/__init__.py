@@ -2,8 +2,12 @@
 session folder with a manifest, and reproduce the failure with the embedded engine.
 
     >>> import capture
-    >>> outcome = capture.run_wrapped(["llama-server", "-m", "t.gguf"], capture.RunOptions(ping=3))
+    >>> outcome = capture.run_wrapped(["llama-server", "-m", "t.gguf"], capture.RunOptions())
+    >>> outcome = capture.run_attach(capture.FileSource(Path("server.log")), capture.CaptureOptions())
+    >>> outcome.reason, outcome.session, outcome.startup_lines
 
+Nothing here prints a summary: the calls return an Outcome, and what happens while a capture runs goes to
+the Terminal passed in (by default, messages on stderr and no echo).
 The public names load on first use, so the command line's `--help` never imports the capture machinery.
 """
 
@@ -13,23 +17,30 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
     from capture.engine import EngineConfig, EngineError, EngineResult, run_engine
     from capture.models import ModelPair, ensure_models
+    from capture.monitor import Terminal
+    from capture.runner import Outcome
     from capture.session import Session, is_session, list_sessions, load_chunks, new_session
     from capture.wrap import CaptureOptions, RunOptions, UsageError, run_attach, run_llama_swap, run_wrapped
 
 _LAZY = {
+    **dict.fromkeys(("FileSource", "LlamaSwapStream", "StdinSource", "UrlSource"), "capture.attach"),
     **dict.fromkeys(("EngineConfig", "EngineError", "EngineResult", "run_engine"), "capture.engine"),
     **dict.fromkeys(("ModelPair", "ensure_models"), "capture.models"),
+    "Terminal": "capture.monitor",
+    "Outcome": "capture.runner",
     **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"), "capture.session"),
     **dict.fromkeys(("CaptureOptions", "RunOptions", "UsageError", "run_attach", "run_llama_swap", "run_wrapped"),
                     "capture.wrap"),
 }
 
 __all__ = [
-    "CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions", "Session",
-    "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks", "new_session", "run_attach",
-    "run_engine", "run_llama_swap", "run_wrapped",
+    "CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream", "ModelPair",
+    "Outcome", "RunOptions", "Session", "StdinSource", "Terminal", "UrlSource", "UsageError", "ensure_models",
+    "is_session", "list_sessions", "load_chunks", "new_session", "run_attach", "run_engine", "run_llama_swap",
+    "run_wrapped",
 ]
 
 

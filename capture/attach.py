@@ -1,16 +1,23 @@
-"""Sources for `kvtrace capture attach`: a log file (followed through truncation and rotation), stdin, and
-llama-swap's log stream.
+"""Where `kvtrace capture attach` reads a log from: a file (followed through truncation and rotation), stdin,
+llama-swap's log stream, or any URL that streams a log.
+
+Each source is a small value the command line builds. It opens itself (what the capture reads, checked
+before anything starts) and describes itself (the manifest's `attach` entry), so a new source is one class
+here and its options in the command line.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
+import analyze
+from capture import llama_args
 from capture.process import READ_SIZE
 from capture.runner import FdSource, Source
 
@@ -20,92 +27,112 @@ LLAMA_SWAP_WARNING = (
     "`kvtrace capture llama-swap CONFIG MODEL` instead"
 )
 
+Say = Callable[[str], None]
+
 
 class AttachError(Exception):
     """A source that cannot be read at all (one-line message for the user, exit 2)."""
 
 
-def follow_file(
-    path: Path,
-    *,
-    follow: bool,
-    from_end: bool = False,
-    poll_s: float = 0.2,
-    say: Callable[[str], None] = lambda _m: None,
-) -> Source:
-    """Read `path`; with `follow`, keep reading as it grows, reopen it when it is rotated (a new file at the
-    same name) and start over when it is truncated in place."""
-    path = Path(path)
-    try:
-        # Opened now, so a missing file is reported before anything starts.
-        first = open(path, "rb")  # noqa: SIM115 - the generator below owns and closes it
-    except OSError as exc:
-        raise AttachError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if from_end:
-        first.seek(0, os.SEEK_END)
+class AttachSource(Protocol):
+    """What `run_attach` captures from."""
 
-    def gen(stop: threading.Event) -> Iterator[bytes]:
-        f = first
+    kind: ClassVar[str]  # the manifest's attach.source
+
+    @property
+    def label(self) -> str:
+        """Added to the session folder's name."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's `attach` entry (no secrets)."""
+        ...
+
+    def open(self, say: Say) -> Source:
+        """Check the source can be read (AttachError when not) and give what the capture pumps from; `say`
+        tells the user what happens to it meanwhile (a rotated file, a note on the source)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileSource:
+    """A log file a server writes; with `follow`, read as it grows until a stop rule fires."""
+
+    kind: ClassVar[str] = "file"
+    path: Path
+    follow: bool = False
+    from_end: bool = False  # with follow: skip what the file already holds
+    poll_s: float = 0.2
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.kind, "path": str(self.path), "follow": self.follow, "from_end": self.from_end}
+
+    def open(self, say: Say) -> Source:
+        tail = analyze.FileTail(self.path)
         try:
-            while True:
-                data = f.read(READ_SIZE)
-                if data:
-                    yield data
-                    continue
-                if not follow or stop.is_set():
-                    return
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    st = None  # moved away, the new one not created yet
-                cur = os.fstat(f.fileno())
-                if st is not None and (st.st_ino, st.st_dev) != (cur.st_ino, cur.st_dev):
-                    # Rotated: finish what the old file got after our last read, then switch.
-                    rest = f.read()
+            tail.open(at_end=self.from_end)  # now, so a missing file is reported before anything starts
+        except OSError as exc:
+            raise AttachError(f"cannot read {self.path}: {exc.strerror or exc}") from exc
+
+        def chunks(stop: threading.Event) -> Iterator[bytes]:
+            try:
+                while True:
+                    data = tail.read(READ_SIZE)
+                    if data:
+                        yield data
+                        continue
+                    if not self.follow or stop.is_set():
+                        return
+                    change, rest = tail.check()
                     if rest:
                         yield rest
-                    f.close()
-                    f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
-                    say(f"kvtrace: {path} was rotated; following the new file")
-                    continue
-                if st is not None and st.st_size < f.tell():
-                    f.seek(0)
-                    say(f"kvtrace: {path} was truncated; reading it again from the start")
-                    continue
-                stop.wait(poll_s)
-        finally:
-            f.close()
+                    if change == tail.ROTATED:
+                        say(f"kvtrace: {self.path} was rotated; following the new file")
+                    elif change == tail.TRUNCATED:
+                        say(f"kvtrace: {self.path} was truncated; reading it again from the start")
+                    else:
+                        stop.wait(self.poll_s)
+            finally:
+                tail.close()
 
-    return gen
+        return chunks
 
 
-def stdin_source() -> Source:
-    return FdSource(0)
+@dataclass(frozen=True, slots=True)
+class StdinSource:
+    """Standard input, e.g. `llama-server ... 2>&1 | kvtrace capture attach --stdin`."""
+
+    kind: ClassVar[str] = "stdin"
+
+    @property
+    def label(self) -> str:
+        return "stdin"
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.kind}
+
+    def open(self, say: Say) -> Source:
+        return FdSource(0)
 
 
-def llama_swap_url(base: str, model: str | None) -> str:
-    base = base.rstrip("/")
-    stream = f"/logs/stream/{model}" if model else "/logs/stream/upstream"
-    path = base if "/logs/stream" in base else base + stream
-    return path + ("&" if "?" in path else "?") + "no-history"
-
-
-def llama_swap_source(base: str, model: str | None, *, connect_timeout_s: float = 10.0) -> Source:
-    """Stream llama-swap's log endpoint. Checks the connection before the capture starts."""
-    url = llama_swap_url(base, model)
+def _stream(url: str, what: str, connect_timeout_s: float) -> Source:
+    """GET `url` and stream its body. Connects (and checks the answer) before the capture starts."""
     client = httpx.Client(trust_env=False, timeout=httpx.Timeout(connect_timeout_s, read=None))
     try:
-        request = client.build_request("GET", url)
-        resp = client.send(request, stream=True)
+        resp = client.send(client.build_request("GET", url), stream=True)
     except httpx.HTTPError as exc:
         client.close()
-        raise AttachError(f"cannot connect to llama-swap at {url}: {type(exc).__name__}: {exc}") from exc
+        raise AttachError(f"cannot connect to {what} at {url}: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:
         resp.close()
         client.close()
-        raise AttachError(f"llama-swap answered HTTP {resp.status_code} for {url}")
+        raise AttachError(f"{what} answered HTTP {resp.status_code} for {url}")
 
-    def gen(stop: threading.Event) -> Iterator[bytes]:
+    def chunks(stop: threading.Event) -> Iterator[bytes]:
         closed_by_us = threading.Event()
 
         def close_on_stop() -> None:
@@ -114,7 +141,7 @@ def llama_swap_source(base: str, model: str | None, *, connect_timeout_s: float 
             closed_by_us.set()
             resp.close()
 
-        threading.Thread(target=close_on_stop, name="kvtrace-swap-close", daemon=True).start()
+        threading.Thread(target=close_on_stop, name="kvtrace-stream-close", daemon=True).start()
         try:
             yield from resp.iter_raw()
         except Exception:
@@ -125,4 +152,52 @@ def llama_swap_source(base: str, model: str | None, *, connect_timeout_s: float 
             resp.close()
             client.close()
 
-    return gen
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class UrlSource:
+    """Any HTTP URL whose answer is a log, streamed until it ends or a stop rule fires."""
+
+    kind: ClassVar[str] = "url"
+    url: str
+    connect_timeout_s: float = 10.0
+
+    @property
+    def label(self) -> str:
+        return "url"
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.kind, "url": llama_args.redact_text(self.url)}
+
+    def open(self, say: Say) -> Source:
+        return _stream(self.url, "the log stream", self.connect_timeout_s)
+
+
+def llama_swap_url(base: str, model: str | None) -> str:
+    base = base.rstrip("/")
+    stream = f"/logs/stream/{model}" if model else "/logs/stream/upstream"
+    path = base if "/logs/stream" in base else base + stream
+    return path + ("&" if "?" in path else "?") + "no-history"
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaSwapStream:
+    """llama-swap's log endpoint: one model's log, or every upstream's (`model` None)."""
+
+    kind: ClassVar[str] = "llama-swap"
+    url: str  # llama-swap's base URL (or its /logs/stream/... URL)
+    model: str | None = None
+    connect_timeout_s: float = 10.0
+
+    @property
+    def label(self) -> str:
+        return self.model or "llama-swap"
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.kind, "url": llama_args.redact_text(self.url), "model": self.model,
+                "warning": LLAMA_SWAP_WARNING}
+
+    def open(self, say: Say) -> Source:
+        say(LLAMA_SWAP_WARNING)
+        return _stream(llama_swap_url(self.url, self.model), "llama-swap", self.connect_timeout_s)

@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,10 +188,15 @@ def _weights(params: ModelParams, n_vocab: int, seed: int) -> dict[str, np.ndarr
     return w
 
 
-def _write(path: Path, name: str, params: ModelParams, n_layers: int, weights: dict[str, np.ndarray]) -> None:
+def _write_gguf(path: Path, arch: str, name: str, params: ModelParams, n_layers: int,
+                weights: dict[str, np.ndarray], *, mask: bool = False,
+                arch_keys: Callable[[gguf.GGUFWriter], None] = lambda _w: None) -> None:
+    """One generated GGUF: the shape every model here shares, `arch_keys` (an architecture's own keys), the
+    shared vocabulary (with the mask token for a drafter that needs it), then the tensors. The order of the
+    keys is part of the bytes (FORMAT_VERSION, UPSTREAM_DRAFTER_VERSION)."""
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_context_length(params.context_length)
     writer.add_embedding_length(params.n_embd)
@@ -200,15 +207,33 @@ def _write(path: Path, name: str, params: ModelParams, n_layers: int, weights: d
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(params.n_embd // params.n_head)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    _add_tokenizer(writer, mask=False)
+    arch_keys(writer)
+    _add_tokenizer(writer, mask=mask)
     for tensor_name, array in weights.items():
-        layer = tensor_name.split(".")[1] if tensor_name.startswith("blk.") else None
-        if layer is None or int(layer) < n_layers:
-            writer.add_tensor(tensor_name, array)
+        writer.add_tensor(tensor_name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """`write` into a temporary name in the same folder, then rename: a concurrent reader never sees half a
+    file."""
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _layers(weights: dict[str, np.ndarray], n_layers: int) -> dict[str, np.ndarray]:
+    """The tensors of a model cut to its first `n_layers` blocks (the drafter is the target's first layer)."""
+    return {name: array for name, array in weights.items()
+            if not name.startswith("blk.") or int(name.split(".")[1]) < n_layers}
 
 
 def generate_pair(folder: Path, seed: int = 0, params: ModelParams | None = None) -> ModelPair:
@@ -222,15 +247,8 @@ def generate_pair(folder: Path, seed: int = 0, params: ModelParams | None = None
         (out.target, f"kvtrace-tiny-target-s{seed}", params.target_layers),
         (out.drafter, f"kvtrace-tiny-drafter-s{seed}", params.drafter_layers),
     ):
-        # A temporary name in the same folder, then rename: a concurrent reader never sees half a file.
-        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=folder)
-        os.close(fd)
-        try:
-            _write(Path(tmp), name, params, layers, weights)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        _write_atomically(path, partial(_write_gguf, arch="llama", name=name, params=params, n_layers=layers,
+                                        weights=_layers(weights, layers)))
     return out
 
 
@@ -334,33 +352,18 @@ def _upstream_drafter_weights(kind: str, params: ModelParams, seed: int) -> dict
 
 
 def _write_upstream_drafter(path: Path, kind: str, params: ModelParams, seed: int) -> None:
-    import gguf
+    def arch_keys(writer: gguf.GGUFWriter) -> None:
+        if kind == "dflash":
+            # layer-input ids must be < the target's n_layer (an id equal to it aborts the server)
+            writer.add_array("dflash.target_layers", [params.target_layers - 1])
+            writer.add_uint32("dflash.block_size", 16)
+        else:
+            writer.add_array("eagle3.target_layers", [0, params.target_layers - 1, params.target_layers - 1])
+            writer.add_uint32("eagle3.target_hidden_size", params.n_embd)
 
-    writer = gguf.GGUFWriter(str(path), kind)
-    writer.add_name(f"kvtrace-tiny-{kind}-s{seed}")
-    writer.add_context_length(params.context_length)
-    writer.add_embedding_length(params.n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(params.n_ff)
-    writer.add_head_count(params.n_head)
-    writer.add_head_count_kv(params.n_head)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(params.n_embd // params.n_head)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    if kind == "dflash":
-        # layer-input ids must be < the target's n_layer (an id equal to it aborts the server)
-        writer.add_array("dflash.target_layers", [params.target_layers - 1])
-        writer.add_uint32("dflash.block_size", 16)
-    else:
-        writer.add_array("eagle3.target_layers", [0, params.target_layers - 1, params.target_layers - 1])
-        writer.add_uint32("eagle3.target_hidden_size", params.n_embd)
-    _add_tokenizer(writer, mask=True)  # DFlash's noise block needs the mask id, else the server aborts
-    for name, array in _upstream_drafter_weights(kind, params, seed).items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    # DFlash's noise block needs the mask id, else the server aborts
+    _write_gguf(path, kind, f"kvtrace-tiny-{kind}-s{seed}", params, 1, _upstream_drafter_weights(kind, params, seed),
+                mask=True, arch_keys=arch_keys)
 
 
 def ensure_upstream_drafter(kind: str, cache_dir: Path | None = None, seed: int = 0,
@@ -373,14 +376,7 @@ def ensure_upstream_drafter(kind: str, cache_dir: Path | None = None, seed: int 
     path = pair.target.parent / f"{kind}-v{UPSTREAM_DRAFTER_VERSION[kind]}.gguf"
     if path.is_file():
         return path
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        _write_upstream_drafter(Path(tmp), kind, params, seed)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _write_atomically(path, lambda tmp: _write_upstream_drafter(tmp, kind, params, seed))
     return path
 
 

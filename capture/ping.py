@@ -5,6 +5,7 @@ Each request's draft counts (`timings.draft_n`, `draft_n_accepted`) show whether
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +90,23 @@ class PingResult:
         }
 
 
+def server_message(body: str) -> str:
+    """What a server says in an error answer: llama.cpp's (and OpenAI's) JSON `error.message` when the body is
+    one, else the body itself, on one line and cut short."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    err = data.get("error") if isinstance(data, dict) else None
+    message = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
+    text = message if isinstance(message, str) and message.strip() else body
+    return " ".join(text.split())[:300]
+
+
+def _failure(status: int | None, message: str | None) -> str:
+    return f"HTTP {status}: {message}" if status is not None else str(message)
+
+
 def _int(v: Any) -> int | None:
     try:
         return None if v is None else int(v)
@@ -117,7 +135,8 @@ def wait_healthy(
                 resp = client.get(url)
                 if resp.status_code == 200:
                     return True, None
-                last = f"HTTP {resp.status_code}"
+                last = _failure(resp.status_code, server_message(resp.text)) if resp.text.strip() else \
+                    f"HTTP {resp.status_code}"
             except httpx.HTTPError as exc:
                 last = type(exc).__name__
             if time.monotonic() >= deadline:
@@ -164,7 +183,7 @@ def chat_once(client: httpx.Client, cfg: PingConfig, i: int) -> RequestRecord:
     choice = (data.get("choices") or [{}])[0] if isinstance(data.get("choices"), list) else {}
     content = ((choice or {}).get("message") or {}).get("content")
     ok = resp.status_code == 200 and bool(data.get("choices"))
-    error = None if ok else resp.text[:300]
+    error = None if ok else server_message(resp.text) or "an answer without choices"
     return RequestRecord(
         request=i,
         started=started,
@@ -235,7 +254,9 @@ class Pinger(threading.Thread):
                 f"accepted {s['draft_n_accepted']}"
             )
             if s["answered"] < s["sent"]:
-                self.result.error = f"{s['sent'] - s['answered']} of {s['sent']} requests failed"
+                first = next(r for r in self.result.records if not r.ok)
+                self.result.error = (f"{s['sent'] - s['answered']} of {s['sent']} requests failed; the first "
+                                     f"(request {first.request}): {_failure(first.status, first.error)}")
         except Exception as exc:  # reported in the manifest; the capture itself goes on
             self.result.error = f"{type(exc).__name__}: {exc}"
         finally:

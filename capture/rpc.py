@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capture.session import free_port
+
 LOOPBACK = "127.0.0.1"
 BINARY = "ggml-rpc-server"
 
@@ -39,12 +41,6 @@ def find_rpc_server(server: Path | None = None) -> Path | None:
             return c
     on_path = shutil.which(BINARY)
     return Path(on_path) if on_path else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -87,7 +83,7 @@ def start(n: int, binary: Path, *, log_dir: Path | None = None, timeout: float =
     try:
         for i in range(n):
             for attempt in range(3):  # a free port can be taken between choosing it and binding it
-                port = _free_port()
+                port = free_port(LOOPBACK)
                 log = None
                 if log_dir is not None:
                     log_dir.mkdir(parents=True, exist_ok=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -22,6 +24,7 @@ from capture.session import CHUNKS, KEY_END, KEY_LIVE, KEY_PID, KEY_PROGRAM, KEY
 from capture.sink import RawSink
 
 Source = Callable[[threading.Event], Iterator[bytes]]
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -39,6 +42,8 @@ class StopRules:
 
 @dataclass(slots=True)
 class Outcome:
+    """How a capture ended, for the caller to present (the library prints no summary)."""
+
     reason: str
     exit_code: int
     returncode: int | None = None
@@ -46,6 +51,43 @@ class Outcome:
     bytes: int = 0
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    session: Path | None = None
+    # The program exited by itself, failing, before it served (before /health answered, or before the log
+    # showed a batch or a KV cache position): its last lines, which say why. None when it got further, or
+    # was stopped.
+    startup_lines: list[str] | None = None
+
+    @property
+    def has_triage(self) -> bool:
+        """Whether the log holds something for `kvtrace triage` (a batch, a KV cache position or a failure, as
+        the live parse saw it); True when the live parse could not tell."""
+        live = self.manifest.get("live") or {}
+        stats = live.get("stats")
+        if not stats or live.get("complete") is False:
+            return True
+        return bool(stats.get("batches") or stats.get("errors")) or stats.get("target_pos") is not None or \
+            stats.get("drafter_pos") is not None
+
+
+STARTUP_LINES = 10  # of a program that exited during start-up, this many of its last lines are kept
+_TAIL_BYTES = 64 << 10
+
+
+def last_lines(path: Path, start: int, n: int = STARTUP_LINES) -> list[str]:
+    """The last `n` lines written to `path` after `start`, as plain text (control characters dropped, so a
+    stranger's log cannot move the cursor or recolour the terminal)."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(start, end - _TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if start < end - _TAIL_BYTES and lines:
+        lines = lines[1:]  # the first one is cut
+    text = [_CONTROL.sub("", line).rstrip() for line in lines]
+    return [line for line in text if line.strip()][-n:]
 
 
 class _Signals:
@@ -290,6 +332,9 @@ def run_capture(
         if error:
             final["error"] = error
         session.write_manifest(final)
+        startup_lines = None
+        if child is not None and _exited_during_startup(child, returncode, sigs, pinger, live_stats, live_complete):
+            startup_lines = last_lines(session.raw_log, start_offset)
     return Outcome(
         reason=reason,
         exit_code=exit_code,
@@ -298,4 +343,19 @@ def run_capture(
         bytes=sink.bytes_written - start_offset,
         error=error,
         manifest=session.read_manifest(),
+        session=session.path,
+        startup_lines=startup_lines,
     )
+
+
+def _exited_during_startup(child: Child, returncode: int | None, sigs: _Signals, pinger: Pinger | None,
+                           live_stats: dict[str, Any] | None, live_complete: bool | None) -> bool:
+    """The program ended by itself, failing, before it served: before /health answered when pinged, else
+    before the (complete) live parse saw a decode (a batch or a KV cache position)."""
+    if returncode in (None, 0) or child.signals_sent or sigs.received:
+        return False
+    if pinger is not None:
+        return not pinger.result.healthy
+    if live_stats is None or live_complete is not True:
+        return False  # the live parse cannot tell
+    return not live_stats["batches"] and live_stats["target_pos"] is None and live_stats["drafter_pos"] is None

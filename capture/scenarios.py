@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 from capture.models import ensure_models, ensure_upstream_drafter
 from capture.rpc import RpcError, RpcServers, find_rpc_server, start
-from capture.session import KEY_PROGRAM, SCENARIO, log_of, read_manifest
+from capture.session import KEY_PROGRAM, SCENARIO, free_port, log_of, read_manifest
 
 # Varied short prompts, each used more than once: repeated prompts let the server reuse cached prefixes.
 PROMPTS = (
@@ -167,12 +166,6 @@ class ScenarioRun:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"session": str(self.session)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_command(scenario: Scenario, server: Path, port: int, session: Path,

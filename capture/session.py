@@ -100,6 +100,23 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest if isinstance(manifest, dict) else {}
 
 
+def free_port(host: str = "127.0.0.1", start: int | None = None, tries: int = 50) -> int:
+    """A TCP port nothing listens on: the first free one from `start` (one a user can remember), else one the
+    OS picks. Every port kvtrace chooses (a server under llama-swap's ${PORT}, RPC servers, the dashboard)
+    comes from here."""
+    candidates = range(start, start + tries) if start is not None else range(0)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def host_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),

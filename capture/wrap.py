@@ -1,30 +1,30 @@
-"""`kvtrace capture run|attach|llama-swap` as library calls: prepare, say what happens, capture, summarise.
+"""`kvtrace capture run|attach|llama-swap` as library calls: prepare, say what happens, capture, and return
+the Outcome.
 
-The click layer in capture/cli.py only turns options into these calls.
+Nothing here prints a summary: what happens while the capture runs goes to the Terminal the caller passes
+(the command line's echo, status line and messages), and the command layer (analyze/cli/capture.py)
+presents the Outcome.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from capture import llama_args
-from capture.attach import LLAMA_SWAP_WARNING, AttachError, follow_file, llama_swap_source, stdin_source
+from capture.attach import AttachError, AttachSource
 from capture.devices import list_devices, rpc_endpoints
 from capture.gpus import query_gpus
 from capture.llamaswap import SwapModel
 from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
-from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, Source, StopRules, run_capture
-from capture.session import KEY_COMMAND_LINE, KEY_LIVE, KEY_PROGRAM, RAW_LOG, REQUESTS, Session, is_session, new_session
+from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
+from capture.session import KEY_COMMAND_LINE, KEY_PROGRAM, RAW_LOG, REQUESTS, Session, is_session, new_session
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -38,8 +38,6 @@ class CaptureOptions:
     out: Path | None = None
     root: Path | None = None
     label: str = ""
-    quiet: bool = False
-    json_out: bool = False
     until_error: bool = False
     grace_s: float = 5.0
     timeout_s: float | None = None
@@ -68,17 +66,6 @@ class Prepared:
     set_env: dict[str, str]  # what kvtrace set or the user set for this run
     removed_env: list[str]
     devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
-
-
-def say(text: str) -> None:
-    sys.stderr.write(text.rstrip("\n") + "\n")
-    sys.stderr.flush()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def debug_environment(
@@ -140,9 +127,9 @@ def _version_text(text: str | None) -> str | None:
     return llama_args.redact_text("\n".join(lines))
 
 
-def _terminal(opts: CaptureOptions) -> Terminal:
-    echo = not opts.quiet and not opts.json_out
-    return Terminal(echo=echo, status=not opts.quiet and sys.stderr.isatty())
+def default_terminal() -> Terminal:
+    """What a library call gets without a Terminal of its own: no echo, no status line; messages on stderr."""
+    return Terminal(echo=False, status=False)
 
 
 def _rules(opts: CaptureOptions, keep_running: bool = False) -> StopRules:
@@ -170,9 +157,16 @@ def _session(opts: CaptureOptions, kind: str, label: str) -> Session:
 
 
 def run_wrapped(
-    argv: list[str], opts: RunOptions, *, kind: str = "run", manifest_extra: dict[str, Any] | None = None
+    argv: list[str],
+    opts: RunOptions,
+    *,
+    terminal: Terminal | None = None,
+    kind: str = "run",
+    manifest_extra: dict[str, Any] | None = None,
 ) -> Outcome:
     """Wrap a program: `kvtrace capture run -- CMD ARGS...`."""
+    terminal = terminal or default_terminal()
+    say = terminal.message
     prep = prepare(argv, opts)
     flags = llama_args.triage_flags(prep.argv, prep.env) if prep.is_llama else {}
     host, port = llama_args.endpoint(prep.argv, prep.env)
@@ -228,11 +222,10 @@ def run_wrapped(
     finally:
         os.close(out_fd)  # the program holds its own copies
     session.write_manifest({KEY_PROGRAM: {"pid": child.pid}})
-    terminal = _terminal(opts)
     pinger = None
     if ping_cfg is not None:
         pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
-    outcome = run_capture(
+    return run_capture(
         session,
         ProgramOutput(child, start),
         terminal=terminal,
@@ -240,11 +233,9 @@ def run_wrapped(
         child=child,
         pinger=pinger,
     )
-    _report(session, outcome, opts)
-    return outcome
 
 
-def run_llama_swap(swap: SwapModel, opts: RunOptions) -> Outcome:
+def run_llama_swap(swap: SwapModel, opts: RunOptions, *, terminal: Terminal | None = None) -> Outcome:
     """`kvtrace capture llama-swap CONFIG MODEL`: the model's cmd and env under `capture run`."""
     opts.extra_env = {**swap.env, **opts.extra_env}
     if swap.health_path is not None:
@@ -266,81 +257,21 @@ def run_llama_swap(swap: SwapModel, opts: RunOptions) -> Outcome:
         }
     }
     try:
-        return run_wrapped(swap.argv, opts, kind="llama-swap", manifest_extra=extra)
+        return run_wrapped(swap.argv, opts, terminal=terminal, kind="llama-swap", manifest_extra=extra)
     except UsageError as exc:
         raise UsageError(f"model {swap.model_id!r} in {swap.config}: {exc}") from exc
 
 
-def run_attach(
-    source_kind: str,
-    opts: CaptureOptions,
-    *,
-    path: Path | None = None,
-    follow: bool = False,
-    from_end: bool = False,
-    url: str | None = None,
-    model: str | None = None,
-) -> Outcome:
-    """`kvtrace capture attach`: a followed file, stdin, or llama-swap's log stream."""
-    terminal = _terminal(opts)
-    src: Source
-    desc: dict[str, Any] = {"source": source_kind}
+def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal | None = None) -> Outcome:
+    """`kvtrace capture attach`: capture a log something else runs (capture.attach: a file, stdin, a stream)."""
+    terminal = terminal or default_terminal()
     try:
-        if source_kind == "file":
-            assert path is not None
-            src = follow_file(path, follow=follow, from_end=from_end, say=terminal.message)
-            desc.update(path=str(path), follow=follow, from_end=from_end)
-            label = path.name
-        elif source_kind == "stdin":
-            src, label = stdin_source(), "stdin"
-        else:
-            assert url is not None
-            say(LLAMA_SWAP_WARNING)
-            src = llama_swap_source(url, model)
-            desc.update(url=llama_args.redact_text(url), model=model, warning=LLAMA_SWAP_WARNING)
-            label = model or "llama-swap"
+        pump = source.open(terminal.message)
     except AttachError as exc:
         raise UsageError(str(exc)) from exc
-    session = _session(opts, "attach", label)
-    say(f"kvtrace: session: {session.path}")
+    session = _session(opts, "attach", source.label)
+    terminal.message(f"kvtrace: session: {session.path}")
     session.write_manifest(
-        {"kind": "attach", "session": session.path.name, "attach": desc, "cwd": os.getcwd()}
+        {"kind": "attach", "session": session.path.name, "attach": source.describe(), "cwd": os.getcwd()}
     )
-    outcome = run_capture(session, src, terminal=terminal, rules=_rules(opts))
-    _report(session, outcome, opts)
-    return outcome
-
-
-def _report(session: Session, outcome: Outcome, opts: CaptureOptions) -> None:
-    how = ""
-    if outcome.returncode is not None:
-        ended = outcome.signal or f"exit code {outcome.returncode}"
-        how = f"; program {ended}"
-    say(f"kvtrace: stopped ({outcome.reason}){how}; {outcome.bytes:,} bytes in {session.raw_log}")
-    if outcome.error:
-        say(f"kvtrace: error: {outcome.error}")
-    live = outcome.manifest.get(KEY_LIVE) or {}
-    if live.get("complete") is False and live.get("stats"):
-        parsed = live["stats"].get("bytes_parsed") or 0
-        why = f"the live parse stopped: {live['failed']}" if live.get("failed") else \
-            "the log came faster than it could be parsed"
-        say(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB ({why}); "
-            f"{RAW_LOG} is complete")
-    say(
-        f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
-        f"to a bug report; next: kvtrace triage {session.raw_log}"
-    )
-    if opts.json_out:
-        summary = {
-            "session": str(session.path),
-            "stop_reason": outcome.reason,
-            "exit_code": outcome.exit_code,
-            "returncode": outcome.returncode,
-            "signal": outcome.signal,
-            "bytes": outcome.bytes,
-            "error": outcome.error,
-            "live": outcome.manifest.get(KEY_LIVE),
-            "ping": outcome.manifest.get("ping"),
-        }
-        sys.stdout.write(json.dumps(summary, default=str) + "\n")
-        sys.stdout.flush()
+    return run_capture(session, pump, terminal=terminal, rules=_rules(opts))

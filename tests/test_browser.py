@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.dashboard.launch import free_port, streamlit_command
+from analyze.dashboard.launch import streamlit_command
+from capture.session import free_port
 from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]

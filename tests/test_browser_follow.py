@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from analyze.dashboard.launch import free_port
 from capture.llama_server import find_llama_server
 from capture.models import ensure_models
+from capture.session import free_port
 from tests.conftest import wait_for_dashboard
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS
 

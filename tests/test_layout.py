@@ -164,10 +164,12 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 PUBLIC_API = {
-    "analyze": ["InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"],
-    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "ModelPair", "RunOptions",
-                "Session", "UsageError", "ensure_models", "is_session", "list_sessions", "load_chunks",
-                "new_session", "run_attach", "run_engine", "run_llama_swap", "run_wrapped"],
+    "analyze": ["FileTail", "InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
+                "write_tables"],
+    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream",
+                "ModelPair", "Outcome", "RunOptions", "Session", "StdinSource", "Terminal", "UrlSource", "UsageError",
+                "ensure_models", "is_session", "list_sessions", "load_chunks", "new_session", "run_attach",
+                "run_engine", "run_llama_swap", "run_wrapped"],
 }
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from analyze.cli.engine import engine_cmd
-from analyze.cli.options import F
+from analyze.cli.options import F, fail, json_flag, session_out_option
 
 if TYPE_CHECKING:
     from analyze.dashboard.launch import Dashboard
+    from capture.attach import AttachSource
+    from capture.monitor import Terminal
     from capture.runner import Outcome
     from capture.wrap import CaptureOptions, RunOptions
 
@@ -35,13 +38,11 @@ def capture_group() -> None:
 def capture_options(f: F) -> F:
     """Options every capture kind shares (session folder, screen, stop rules)."""
     opts = [
-        click.option("--out", "out", type=click.Path(path_type=Path), help="Session folder (default: a new "
-                     "one under ./sessions)."),
+        session_out_option,
         click.option("--root", type=click.Path(path_type=Path), help="Where new session folders go."),
         click.option("--label", default="", help="Added to the session folder's name."),
         click.option("--quiet", "-q", is_flag=True, help="Do not echo the log or show the status line."),
-        click.option("--json", "json_out", is_flag=True, help="Print a JSON summary on stdout at the "
-                     "end (the log is not echoed)."),
+        json_flag("Print a JSON summary on stdout at the end (the log is not echoed)."),
         click.option("--until-error", is_flag=True, help="Stop at the first decode failure, plus --grace."),
         click.option("--grace", "grace_s", type=float, default=5.0, show_default=True,
                      help="Seconds to keep capturing after the first error (with --until-error)."),
@@ -82,19 +83,89 @@ class LiveDashboard:
         self.dash = None
 
 
-def _finish(outcome_fn: Callable[[], Outcome], live: LiveDashboard | None = None) -> None:
-    from capture.llamaswap import ConfigError
-    from capture.wrap import UsageError
+def outcome_lines(outcome: Outcome) -> list[str]:
+    """The end of a capture on stderr: how it stopped, why a program that ended at start-up ended (its own last
+    lines), and what to do with the session when its log holds something to triage."""
+    from capture.session import Session
 
-    try:
-        outcome = outcome_fn()
-    except (UsageError, ConfigError) as exc:
-        click.echo(f"kvtrace: error: {exc}", err=True)
-        sys.exit(2)
-    finally:
-        if live is not None:
-            live.close()
-    sys.exit(outcome.exit_code)
+    assert outcome.session is not None
+    session = Session(outcome.session)
+    how = ""
+    if outcome.returncode is not None:
+        how = f"; program {outcome.signal or f'exit code {outcome.returncode}'}"
+    lines = [f"kvtrace: stopped ({outcome.reason}){how}; {outcome.bytes:,} bytes in {session.raw_log}"]
+    if outcome.startup_lines is not None:
+        if outcome.startup_lines:
+            lines.append("kvtrace: the program exited during start-up; the last lines it printed:")
+            lines.extend(f"kvtrace:   | {line}" for line in outcome.startup_lines)
+        else:
+            lines.append("kvtrace: the program exited during start-up without printing anything")
+    if outcome.error:
+        lines.append(f"kvtrace: error: {outcome.error}")
+    live = outcome.manifest.get("live") or {}
+    if live.get("complete") is False and live.get("stats"):
+        parsed = live["stats"].get("bytes_parsed") or 0
+        why = f"the live parse stopped: {live['failed']}" if live.get("failed") else \
+            "the log came faster than it could be parsed"
+        lines.append(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB "
+                     f"({why}); {session.raw_log.name} is complete")
+    if outcome.has_triage:
+        lines.append(f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
+                     f"to a bug report; next: kvtrace triage {session.raw_log}")
+    return lines
+
+
+def outcome_summary(outcome: Outcome) -> dict[str, Any]:
+    """`--json`: the capture's end as one object."""
+    return {
+        "session": str(outcome.session),
+        "stop_reason": outcome.reason,
+        "exit_code": outcome.exit_code,
+        "returncode": outcome.returncode,
+        "signal": outcome.signal,
+        "bytes": outcome.bytes,
+        "error": outcome.error,
+        "startup_lines": outcome.startup_lines,
+        "live": outcome.manifest.get("live"),
+        "ping": outcome.manifest.get("ping"),
+    }
+
+
+def report_outcome(outcome: Outcome, *, as_json: bool) -> None:
+    for line in outcome_lines(outcome):
+        click.echo(line, err=True)
+    if as_json:
+        click.echo(json.dumps(outcome_summary(outcome), default=str))
+
+
+class CaptureScreen:
+    """What the terminal shows of one capture: while it runs, the echo, the status line and the messages (a
+    Terminal the capture writes to); at the end, the outcome (lines on stderr, or --json); --dashboard."""
+
+    def __init__(self, kw: dict[str, Any]) -> None:
+        self.quiet: bool = kw.pop("quiet")
+        self.as_json: bool = kw.pop("as_json")
+        self.live = LiveDashboard(kw.pop("dashboard"))
+
+    def terminal(self) -> Terminal:
+        from capture.monitor import Terminal
+
+        return Terminal(echo=not self.quiet and not self.as_json, status=not self.quiet and sys.stderr.isatty())
+
+    def run(self, capture: Callable[[Terminal], Outcome]) -> NoReturn:
+        """Run the capture, present its outcome and exit with its code (2, in one line, for bad usage)."""
+        from capture.llamaswap import ConfigError
+        from capture.wrap import UsageError
+
+        try:
+            try:
+                outcome = capture(self.terminal())
+            except (UsageError, ConfigError) as exc:
+                fail(f"error: {exc}")
+            report_outcome(outcome, as_json=self.as_json)
+        finally:
+            self.live.close()  # last, so its line says where to look again
+        sys.exit(outcome.exit_code)
 
 
 def run_options(f: F) -> F:
@@ -174,16 +245,16 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
       kvtrace capture run --ping 3 -- llama-server -m t.gguf -md d.gguf --spec-type draft-simple --port 8080
       kvtrace capture run --until-error --grace 10 --out ./repro -- ./build/bin/llama-server ...
     """
-    live = LiveDashboard(kw.pop("dashboard"))
-    _finish(lambda: _run(list(cmd), kw, live), live)
+    screen = CaptureScreen(kw)
 
+    def capture(terminal: Terminal) -> Outcome:
+        from capture.wrap import run_wrapped
 
-def _run(cmd: list[str], kw: dict[str, Any], live: LiveDashboard) -> Outcome:
-    from capture.wrap import run_wrapped
+        opts = _run_opts(kw)
+        screen.live.attach(opts)
+        return run_wrapped(list(cmd), opts, terminal=terminal)
 
-    opts = _run_opts(kw)
-    live.attach(opts)
-    return run_wrapped(cmd, opts)
+    screen.run(capture)
 
 
 @capture_group.command(name="attach")
@@ -194,36 +265,53 @@ def _run(cmd: list[str], kw: dict[str, Any], live: LiveDashboard) -> Outcome:
 @click.option("--stdin", "use_stdin", is_flag=True, help="Read the log from standard input.")
 @click.option("--llama-swap", "swap_url", metavar="URL", help="llama-swap's base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--model", help="With --llama-swap: the model whose log to stream (default: all upstream).")
+@click.option("--url", metavar="URL", help="Any HTTP URL that streams a log (read until it ends or a stop rule).")
 @capture_options
 def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool, swap_url: str | None,
-               model: str | None, **kw: Any) -> None:
-    """Capture a log that something else runs: a file, stdin, or llama-swap's log stream.
+               model: str | None, url: str | None, **kw: Any) -> None:
+    """Capture a log that something else runs: a file, stdin, llama-swap's log stream or a URL.
 
     \b
     Examples:
       kvtrace capture attach --file /var/log/llama-server.log --follow --until-error
       llama-server ... 2>&1 | kvtrace capture attach --stdin
       kvtrace capture attach --llama-swap http://127.0.0.1:8080 --model qwen-dflash
+      kvtrace capture attach --url http://127.0.0.1:9000/log --until-error
     """
-    from capture.wrap import CaptureOptions, UsageError, run_attach
+    screen = CaptureScreen(kw)
 
-    live = LiveDashboard(kw.pop("dashboard"))
+    def capture(terminal: Terminal) -> Outcome:
+        from capture.wrap import CaptureOptions, run_attach
 
-    def go() -> Outcome:
-        chosen = [name for name, on in (("--file", path is not None), ("--stdin", use_stdin),
-                                         ("--llama-swap", swap_url is not None)) if on]
-        if len(chosen) != 1:
-            raise UsageError("give exactly one of --file PATH, --stdin, --llama-swap URL")
-        if (follow or from_end) and path is None:
-            raise UsageError("--follow and --from-end go with --file")
-        if model and swap_url is None:
-            raise UsageError("--model goes with --llama-swap")
+        source = attach_source(path, follow, from_end, use_stdin, swap_url, model, url)
         opts = CaptureOptions(**kw)
-        live.attach(opts)
-        kind = "file" if path is not None else "stdin" if use_stdin else "llama-swap"
-        return run_attach(kind, opts, path=path, follow=follow, from_end=from_end, url=swap_url, model=model)
+        screen.live.attach(opts)
+        return run_attach(source, opts, terminal=terminal)
 
-    _finish(go, live)
+    screen.run(capture)
+
+
+def attach_source(path: Path | None, follow: bool, from_end: bool, use_stdin: bool, swap_url: str | None,
+                  model: str | None, url: str | None) -> AttachSource:
+    """The one source `attach` reads, from its options (UsageError for none, several, or a stray option)."""
+    from capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
+    from capture.wrap import UsageError
+
+    chosen = [name for name, on in (("--file", path is not None), ("--stdin", use_stdin),
+                                     ("--llama-swap", swap_url is not None), ("--url", url is not None)) if on]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --file PATH, --stdin, --llama-swap URL, --url URL")
+    if (follow or from_end) and path is None:
+        raise UsageError("--follow and --from-end go with --file")
+    if model and swap_url is None:
+        raise UsageError("--model goes with --llama-swap")
+    if path is not None:
+        return FileSource(path, follow=follow, from_end=from_end)
+    if swap_url is not None:
+        return LlamaSwapStream(swap_url, model)
+    if url is not None:
+        return UrlSource(url)
+    return StdinSource()
 
 
 @capture_group.command(name="llama-swap")
@@ -243,18 +331,19 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
       kvtrace capture llama-swap ~/llama-swap/config.yaml bee_qwen3.6-27b --ping 3
       kvtrace capture llama-swap config.yaml qwen-dflash --until-error --out ./repro
     """
-    from capture.llamaswap import resolve
-    from capture.wrap import free_port, run_llama_swap
+    screen = CaptureScreen(kw)
 
-    live = LiveDashboard(kw.pop("dashboard"))
+    def capture(terminal: Terminal) -> Outcome:
+        from capture.llamaswap import resolve
+        from capture.session import free_port
+        from capture.wrap import run_llama_swap
 
-    def go() -> Outcome:
         opts = _run_opts(kw)
-        live.attach(opts)
+        screen.live.attach(opts)
         swap = resolve(config, model, port=free_port())
-        return run_llama_swap(swap, opts)
+        return run_llama_swap(swap, opts, terminal=terminal)
 
-    _finish(go, live)
+    screen.run(capture)
 
 
 capture_group.add_command(engine_cmd)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from analyze.cli.options import json_flag, progress_option, session_out_option, want_progress
 from capture.engine.config import (
     DRAFTING,
     FAULTS,
@@ -81,10 +81,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--pace", "pace_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
                      metavar="SECONDS", help="Sleep this long after each cycle (the log flushed first): a "
                      "capture slow enough to follow live with kvtrace dashboard SESSION --follow."),
-        click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-                     help="Session folder (default: a new one under ./sessions)."),
-        click.option("--progress/--no-progress", default=None,
-                     help="Progress bar on stderr (default: when stderr is a terminal)."),
+        session_out_option,
+        progress_option,
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -112,7 +110,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         tensor_split=kw["tensor_split"],
         main_gpu=kw["main_gpu"],
         rpc=kw["rpc"],
-        progress=sys.stderr.isatty() if progress is None else progress,
+        progress=want_progress(progress),
         pace_s=kw["pace_s"],
     )
 
@@ -139,7 +137,7 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
 
 @click.command(name="engine")
 @_engine_options
-@click.option("--json", "as_json", is_flag=True, help="Print the capture's summary as JSON on stdout.")
+@json_flag("Print the capture's summary as JSON on stdout.")
 def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     """Run real target + drafter speculative decoding (llama.cpp via llama-cpp-python) and capture it.
 
@@ -199,8 +197,7 @@ def _dashboard_ready() -> bool:
 
 @click.command(name="demo")
 @click.option("--no-dashboard", is_flag=True, help="Stop after printing the triage.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Session folder (default: a new one under ./sessions).")  # fmt: skip
+@session_out_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated models and prompts.")
 @click.option("--port", type=click.IntRange(1, 65535), help="Dashboard port (default: the first free from 8501).")
 def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None) -> None:
@@ -232,7 +229,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
         raise SystemExit(2) from None
     click.echo(f"    {dflash.parent}", err=True)
     click.echo("2/3 capture: real llama.cpp and its DFlash graph, drafter left stale after a reset ...", err=True)
-    config = EngineConfig(fault="stale-drafter", seed=seed, progress=sys.stderr.isatty())
+    config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None))
     result = capture_engine(config, out, label="demo-stale-drafter")
     click.echo(
         f"    {result.session}: {result.n_decodes} decodes, {result.n_failures} refused by llama.cpp",

@@ -1,11 +1,12 @@
-"""Option bundles and helpers every command shares: --json, --progress, LOG... arguments, one-line failures."""
+"""Option bundles and helpers every command shares: --json, --progress, --out, LOG... arguments, one-line
+failures. Each option is declared here once; commands only stack them."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -17,15 +18,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 LOG_SUFFIXES = {".log", ".txt", ".md", ".gz", ".out", ".err"}
 
 
-def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")(fn)
+def json_flag(help: str) -> Callable[[F], F]:
+    """`--json` (as `as_json`), with what the command prints in JSON said in its own words."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
 
 
-def progress_option(fn: F) -> F:
-    return click.option(
-        "--progress/--no-progress", default=None,
-        help="Progress bar on stderr for big inputs (default: when stderr is a terminal).",
-    )(fn)
+json_option = json_flag("Machine-readable output (JSON) on stdout.")
+progress_option = click.option(
+    "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when stderr is a terminal)."
+)
+
+
+def out_option(help: str, *, folder: bool, short: bool = True) -> Callable[[F], F]:
+    """`--out` (and `-o`): where a command writes, a folder or a file."""
+    names = ("-o", "--out") if short else ("--out",)
+    return click.option(*names, "out", type=click.Path(file_okay=not folder, dir_okay=folder, path_type=Path),
+                        help=help)
+
+
+session_out_option = out_option("Session folder (default: a new one under ./sessions).", folder=True, short=False)
 
 
 def sources_argument(fn: F) -> F:
@@ -36,7 +47,7 @@ def want_progress(flag: bool | None) -> bool:
     return sys.stderr.isatty() if flag is None else flag
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, then exit: bad input never gets a traceback."""
     click.echo(f"kvtrace: {message}", err=True)
     raise SystemExit(code)

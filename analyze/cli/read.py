@@ -11,6 +11,7 @@ import click
 from analyze.cli.options import (
     expand_sources,
     json_option,
+    out_option,
     parse_or_none,
     progress_option,
     sources_argument,
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 
 @click.command("parse")
 @sources_argument
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the tables (default: the session folder, or LOGNAME-tables/).")
+@out_option("Folder for the tables (default: the session folder, or LOGNAME-tables/).", folder=True)
 @json_option
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Read one big log on N processes (cut at input-batch dumps; a .gz is unpacked first; "

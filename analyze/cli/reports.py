@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.options import fail, parse_or_fail, progress_option, want_progress, warn
+from analyze.cli.options import fail, json_option, out_option, parse_or_fail, progress_option, want_progress, warn
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -25,7 +25,7 @@ def _write(text: str, out: Path | None) -> None:
 @click.argument("source", metavar="SOURCE")
 @click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
               help="Markdown (paste into a GitHub comment) or a standalone HTML page.")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@out_option("Write here instead of stdout.", folder=False)
 @progress_option
 def report_command(source: str, fmt: str, out: Path | None, progress: bool | None) -> None:
     """A triage report for one log or session: verdict and signature, evidence lines with their line
@@ -51,7 +51,7 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
 @click.command("compare")
 @click.argument("before", metavar="A")
 @click.argument("after", metavar="B")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+@json_option
 @progress_option
 def compare_command(before: str, after: str, as_json: bool, progress: bool | None) -> None:
     """Before/after: did B (say, a fix branch) make A's failure go away and bring the drafter back in step?

@@ -3,7 +3,8 @@ asks for the tables so far.
 
 A session folder's raw.log is followed until the capture writes its end into manifest.json (then the
 parse is finished, as for a finished log), or until the capture is gone without writing it (killed).
-A plain file is followed through truncation and rotation, as `kvtrace capture attach --follow` does.
+A plain file is followed through truncation and rotation by the same FileTail as `kvtrace capture attach
+--follow`.
 Nothing here raises for a missing, deleted or cut file: it becomes a notice, and what was read stays.
 """
 
@@ -15,9 +16,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from analyze.parser import ParseResult, StreamParser
+from analyze.source import FileTail
 from capture.session import (
     KEY_END,
     KEY_ENDED,
@@ -87,7 +88,7 @@ class Follower:
         self.share = share
         self.parser = StreamParser(self.log.name)
         self._lock = threading.Lock()
-        self._f: BinaryIO | None = None
+        self.tail = FileTail(self.log)
         self._offset = 0
         self._result: ParseResult | None = None
         self._version = 0
@@ -102,19 +103,22 @@ class Follower:
     # -- reading ----------------------------------------------------------------------------------
     def _open(self) -> bool:
         try:
-            self._f = open(self.log, "rb")  # noqa: SIM115 - kept open between polls, closed at the end
+            self.tail.open()
         except OSError:
             return False
         return True
 
+    def _feed(self, data: bytes) -> None:
+        self.parser.feed(data)
+        self._offset += len(data)
+
     def _read(self) -> int:
         """Parse what the file got since the last poll (at most READ_BUDGET); follow truncation and rotation."""
         got = 0
-        while got < READ_BUDGET and self._f is not None:
-            data = self._f.read(READ_SIZE)
+        while got < READ_BUDGET and self.tail.is_open:
+            data = self.tail.read(READ_SIZE)
             if data:
-                self.parser.feed(data)
-                self._offset += len(data)
+                self._feed(data)
                 got += len(data)
                 continue
             self._check_file()
@@ -124,27 +128,16 @@ class Follower:
         return got
 
     def _check_file(self) -> None:
-        assert self._f is not None
-        try:
-            st = os.stat(self.log)
-        except OSError:
-            if not self._gone:
-                self._gone = True
-                self._notices.append(f"{self.log.name} was deleted or moved away: what was read stays on screen.")
-            return
-        cur = os.fstat(self._f.fileno())
-        if (st.st_ino, st.st_dev) != (cur.st_ino, cur.st_dev):
-            rest = self._f.read()  # what the old file got after the last read, then the new file
-            if rest:
-                self.parser.feed(rest)
-                self._offset += len(rest)
-            self._f.close()
-            self._f = None
-            if self._open():
-                self._gone = False
-                self._notices.append(f"{self.log.name} was rotated (a new file at the same name): following it.")
-        elif st.st_size < self._f.tell():
-            self._f.seek(0)
+        change, rest = self.tail.check()
+        if rest:  # what the old file got after the last read, then the new file
+            self._feed(rest)
+        if change == FileTail.GONE and not self._gone:
+            self._gone = True
+            self._notices.append(f"{self.log.name} was deleted or moved away: what was read stays on screen.")
+        elif change == FileTail.ROTATED and self.tail.is_open:
+            self._gone = False
+            self._notices.append(f"{self.log.name} was rotated (a new file at the same name): following it.")
+        elif change == FileTail.TRUNCATED:
             self._notices.append(f"{self.log.name} was truncated: reading it again from the start.")
 
     def _manifest(self) -> dict[str, object]:
@@ -158,7 +151,7 @@ class Follower:
             return LiveState(
                 result=self._result, version=self._version, bytes_read=self._offset, ended=self._ended,
                 stop_reason=self._reason, notices=list(self._notices), idle_s=time.monotonic() - self._last_data,
-                waiting=self._f is None and not self._ended,
+                waiting=not self.tail.is_open and not self._ended,
             )  # fmt: skip
 
     def _locate(self) -> None:
@@ -167,11 +160,12 @@ class Follower:
         if self.session is None and self.log == self.path and self.path.is_dir():
             self.session, self.log = self.path, log_named(self.path)
             self.parser.name = self.log.name
+            self.tail = FileTail(self.log)
 
     def _advance(self) -> None:
-        if self._f is None:
+        if not self.tail.is_open:
             self._locate()
-        if self._f is None and not self._open():
+        if not self.tail.is_open and not self._open():
             ended, reason = capture_end(self._manifest())
             if ended:  # a capture that ended without ever writing raw.log
                 self._ended, self._reason = True, reason
@@ -201,6 +195,4 @@ class Follower:
         self._result = self.parser.finish()
         self._parsed_at = self._offset
         self._version += 1
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self.tail.close()

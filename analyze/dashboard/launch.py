@@ -8,12 +8,13 @@ while it is written.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from capture.session import free_port
 
 OPEN_ENV = "KVTRACE_OPEN"
 FOLLOW_ENV = "KVTRACE_FOLLOW"
@@ -25,20 +26,6 @@ DEFAULT_PORT = 8501
 def app_path() -> Path:
     """The script Streamlit runs: inside the package, so a checkout and an installed wheel have it alike."""
     return Path(__file__).resolve().with_name("app.py")
-
-
-def free_port(host: str = DEFAULT_HOST, start: int = DEFAULT_PORT, tries: int = 50) -> int:
-    """The first port from `start` that nothing listens on; else one the OS picks."""
-    for port in range(start, start + tries):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def streamlit_command(host: str, port: int) -> list[str]:
@@ -86,7 +73,7 @@ def launch(
         env[OPEN_ENV] = str(Path(path).resolve())
         if follow:
             env[FOLLOW_ENV] = "1"
-    chosen = port if port is not None else free_port(host)
+    chosen = port if port is not None else free_port(host, DEFAULT_PORT)
     out = subprocess.DEVNULL if quiet else None
     proc = subprocess.Popen(streamlit_command(host, chosen), env=env, preexec_fn=preexec_fn, stdout=out, stderr=out)
     return Dashboard(proc, f"http://{host}:{chosen}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from analyze.cli.dashboard import dashboard_command
-from analyze.dashboard.launch import free_port
+from capture.session import free_port
 from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]

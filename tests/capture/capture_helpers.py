@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -62,6 +61,14 @@ def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def end_lines(stderr: bytes, first: str) -> list[str]:
+    """What kvtrace printed from the last line starting with `first` on."""
+    lines = stderr.decode().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(first)]
+    assert starts, stderr.decode()[-2000:]
+    return lines[starts[-1]:]
+
+
 def file_contains(path: Path, needle: bytes) -> Callable[[], bool]:
     def check() -> bool:
         try:
@@ -83,12 +90,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # Tests of a real llama-server: a user's machine without the built server skips them; CI always builds it

@@ -206,3 +206,27 @@ def test_follow_from_end_skips_what_is_already_there(tmp_path: Path) -> None:
         w.kill()
     assert (out / "raw.log").read_bytes() == b"new line\n"
     assert w.returncode == 128 + signal.SIGTERM
+
+
+def test_any_url_that_streams_a_log_is_captured(tmp_path: Path, swap_server: str) -> None:
+    out = tmp_path / "s"
+    url = f"{swap_server}/logs/stream/my-model"
+    proc = run_kvtrace("capture", "attach", "--url", url, "--quiet", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "llama-swap" not in proc.stderr.decode()
+    assert _SwapHandler.seen_paths == ["/logs/stream/my-model"]
+    assert (out / "raw.log").read_bytes() == OK_LOG.read_bytes()
+    assert manifest(out)["attach"] == {"source": "url", "url": url}
+
+
+def test_the_library_returns_the_outcome_and_prints_no_summary(tmp_path: Path,
+                                                               capfd: pytest.CaptureFixture[str]) -> None:
+    import capture
+
+    out = tmp_path / "s"
+    outcome = capture.run_attach(capture.FileSource(OK_LOG), capture.CaptureOptions(out=out))
+    assert (outcome.reason, outcome.exit_code, outcome.session) == ("end of input", 0, out)
+    assert outcome.bytes == OK_LOG.stat().st_size and outcome.startup_lines is None
+    assert outcome.manifest["attach"] == {"source": "file", "path": str(OK_LOG), "follow": False, "from_end": False}
+    said = capfd.readouterr()
+    assert said.out == "" and said.err == f"kvtrace: session: {out}\n"  # what happens; the end is the caller's

@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from capture.session import load_chunks
+from capture.session import free_port, load_chunks
 from tests.capture.capture_helpers import (
+    end_lines,
     file_contains,
-    free_port,
     kvtrace_argv,
     manifest,
     pid_alive,
@@ -470,10 +470,119 @@ def test_a_second_ctrl_c_stops_the_program_at_once(tmp_path: Path, py: str) -> N
 def test_the_end_says_why_the_live_summary_is_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], live: dict[str, object], why: str
 ) -> None:
+    from analyze.cli.capture import report_outcome
     from capture.runner import Outcome
     from capture.session import new_session
-    from capture.wrap import CaptureOptions, _report
 
     session = new_session("run", out=tmp_path / "s")
-    _report(session, Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}), CaptureOptions())
+    report_outcome(Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}, session=session.path),
+                   as_json=False)
     assert f"kvtrace: the live summary covers 1.0 of 3.0 MB ({why}); raw.log is complete\n" in capsys.readouterr().err
+
+
+def test_a_program_that_fails_at_start_up_shows_its_last_lines_and_no_bug_report_advice(
+    tmp_path: Path, py: str
+) -> None:
+    child = write_script(tmp_path / "bad_flag.py", """
+        import sys
+        for i in range(1, 13):
+            print(f"loading step {i}", flush=True)
+        sys.stderr.write("error: invalid argument: --no-such-flag\\n")
+        sys.exit(1)
+    """)
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--quiet", "--out", str(out), "--", py, str(child), cwd=tmp_path)
+    assert proc.returncode == 1
+    size = (out / "raw.log").stat().st_size
+    assert end_lines(proc.stderr, "kvtrace: stopped") == [
+        f"kvtrace: stopped (program exited); program exit code 1; {size:,} bytes in {out}/raw.log",
+        "kvtrace: the program exited during start-up; the last lines it printed:",
+        *(f"kvtrace:   | loading step {i}" for i in range(4, 13)),
+        "kvtrace:   | error: invalid argument: --no-such-flag",
+    ]  # and no advice to attach a log that holds nothing to triage
+
+
+def test_start_up_lines_are_plain_text_and_in_the_json_summary(tmp_path: Path, py: str) -> None:
+    child = write_script(tmp_path / "colours.py", """
+        import os, sys
+        os.write(2, b"\\x1b[31merror:\\x1b[0m cannot open model\\r\\n")
+        sys.exit(3)
+    """)
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--json", "--out", str(out), "--", py, str(child), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert end_lines(proc.stderr, "kvtrace: the program exited")[:2] == [
+        "kvtrace: the program exited during start-up; the last lines it printed:",
+        "kvtrace:   | error: cannot open model",
+    ]
+    summary = json.loads(proc.stdout)
+    assert summary["startup_lines"] == ["error: cannot open model"] and summary["returncode"] == 3
+
+
+def test_a_program_that_decoded_before_failing_gets_the_bug_report_advice(tmp_path: Path, py: str) -> None:
+    log = Path(__file__).parents[2] / "samples" / "stale-drafter" / "raw.log"  # batches, then the failure
+    child = write_script(tmp_path / "fails_late.py", """
+        import os, sys
+        os.write(2, open(sys.argv[1], "rb").read())
+        sys.exit(1)
+    """)
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--quiet", "--out", str(out), "--", py, str(child), str(log), cwd=tmp_path)
+    assert proc.returncode == 1
+    end = end_lines(proc.stderr, "kvtrace: stopped")
+    assert not any("start-up" in line for line in end)
+    assert end[-1] == (f"kvtrace: attach raw.log and manifest.json from {out} to a bug report; "
+                       f"next: kvtrace triage {out}/raw.log")
+
+
+PING_REFUSED = """
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"error": {"code": 500, "message": "the model exploded", "type": "server_error"}})
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("srv  log_server_r: " + (fmt % args) + "\\n")
+
+print("server is listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_failed_ping_says_the_first_failures_status_and_the_servers_message(tmp_path: Path, py: str) -> None:
+    server = write_script(tmp_path / "refuses.py", PING_REFUSED)
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--ping", "2", "--stop-wait", "2", "--quiet", "--out", str(out), "--",
+                       py, str(server), "--port", str(free_port()), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1
+    first = "kvtrace: error: 2 of 2 requests failed; the first (request 0): HTTP 500: the model exploded"
+    assert first in proc.stderr.decode().splitlines()
+    assert manifest(out)["ping"]["error"] == first.removeprefix("kvtrace: error: ")
+    assert not any("start-up" in line for line in proc.stderr.decode().splitlines())  # it served /health
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('{"error": {"code": 400, "message": "the request exceeds the available context size", "type": "x"}}',
+     "the request exceeds the available context size"),
+    ('{"error": "model not found"}', "model not found"),
+    ('{"error": {"code": 500}}', '{"error": {"code": 500}}'),
+    ("Internal Server Error\n\n  try again later", "Internal Server Error try again later"),
+])
+def test_a_servers_error_answer_is_read_for_its_message(body: str, message: str) -> None:
+    from capture.ping import server_message
+
+    assert server_message(body) == message

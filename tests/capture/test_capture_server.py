@@ -10,7 +10,8 @@ import pytest
 
 import analyze
 from capture.models import ensure_models
-from tests.capture.capture_helpers import NEEDS_SERVER, free_port, manifest, run_kvtrace
+from capture.session import free_port
+from tests.capture.capture_helpers import NEEDS_SERVER, end_lines, manifest, run_kvtrace
 
 pytestmark = NEEDS_SERVER
 
@@ -104,3 +105,34 @@ def test_flags_the_user_chose_are_left_alone(llama_server: Path, tmp_path: Path)
     raw = (out / "raw.log").read_bytes()
     assert b"\x1b[" in raw  # colours on, as the user asked, kept byte-exact
     assert b"ubatch_print" not in raw  # -lv 3 hides the batch dumps: the user's choice, respected
+
+
+def test_a_mistyped_flag_shows_the_servers_own_last_lines(llama_server: Path, tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    proc = run_kvtrace("capture", "run", "--quiet", "--out", str(out), "--", str(llama_server), "--no-such-flag",
+                       cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    raw = out / "raw.log"
+    said = [line.rstrip() for line in raw.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert any(line.endswith("invalid argument: --no-such-flag") for line in said), said
+    assert end_lines(proc.stderr, "kvtrace: stopped") == [
+        f"kvtrace: stopped (program exited); program exit code 1; {raw.stat().st_size:,} bytes in {raw}",
+        "kvtrace: the program exited during start-up; the last lines it printed:",
+        *(f"kvtrace:   | {line}" for line in said[-10:]),
+    ]  # and no advice to attach a log that holds nothing to triage
+
+
+def test_a_refused_ping_says_the_servers_status_and_message(llama_server: Path, tmp_path: Path) -> None:
+    pair = ensure_models()
+    out = tmp_path / "s"
+    proc = run_kvtrace(
+        "capture", "run", "--ping", "1", "--prompt", "word " * 2000, "--quiet", "--out", str(out), "--",
+        str(llama_server), "-m", str(pair.target), "--host", "127.0.0.1", "--port", str(free_port()), "-c", "256",
+        "-np", "1", cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 1
+    record = pd.read_parquet(out / "requests.parquet").iloc[0]
+    assert record["status"] == 400 and "context" in record["error"]  # llama.cpp's own JSON error message
+    line = f"kvtrace: error: 1 of 1 requests failed; the first (request 0): HTTP 400: {record['error']}"
+    assert line in proc.stderr.decode().splitlines()
+    assert not any("start-up" in line for line in proc.stderr.decode().splitlines())  # it served /health

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from capture.devices import device_flags, list_devices, parse_devices, rpc_endpoints
-from tests.capture.capture_helpers import free_port, manifest, run_kvtrace
+from capture.session import free_port
+from tests.capture.capture_helpers import manifest, run_kvtrace
 
 LISTING = """\
 load_backend: loaded RPC backend from /x/libggml-rpc.so

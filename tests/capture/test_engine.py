@@ -17,9 +17,9 @@ import pytest
 
 from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
 from capture.models import ModelParams, _write_upstream_drafter, ensure_models, ensure_upstream_drafter, sha256_file
-from capture.session import Session, new_session
+from capture.session import Session, free_port, new_session
 
-from .capture_helpers import free_port, run_kvtrace, start_kvtrace, wait_for
+from .capture_helpers import run_kvtrace, start_kvtrace, wait_for
 
 pytestmark = pytest.mark.engine
 

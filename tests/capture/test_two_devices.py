@@ -21,7 +21,8 @@ from capture.devices import list_devices
 from capture.models import ensure_models
 from capture.rpc import LOOPBACK, find_rpc_server, rpc_servers
 from capture.scenarios import BY_NAME, TWO_DEVICES, Scenario, run_scenario
-from tests.capture.capture_helpers import NEEDS_SERVER, free_port, run_kvtrace
+from capture.session import free_port
+from tests.capture.capture_helpers import NEEDS_SERVER, run_kvtrace
 
 pytestmark = NEEDS_SERVER
 
