@@ -1,6 +1,6 @@
 """`kvtrace capture run|attach|llama-swap` as library calls: prepare, say what happens, capture, summarise.
 
-The click layer in capture/cli.py only turns options into these calls.
+The click layer in analyze/cli/capture.py only turns options into these calls.
 """
 
 from __future__ import annotations
