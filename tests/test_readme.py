@@ -174,6 +174,18 @@ def test_documented_benchmark_exists_with_its_options(doc: str, command_line: st
     assert benchmark_problems(command_line.removeprefix("python ")) == [], f"{doc}: {command_line}"
 
 
+def test_the_readme_is_a_guide_that_opens_with_the_set_up() -> None:
+    """A user's guide of at most 600 lines that opens with the two commands doing all set-up; the measurements
+    live beside it in benchmarks/README.md."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 600
+    first = FENCE.search(text)
+    assert first is not None and text[: first.start()].strip() == "# kvtrace"
+    assert [line.split("#")[0].strip() for line in first.group(2).splitlines()] == ["make demo", "make test"]
+    bench = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert "## Reading speed" in bench and "## What capturing costs the server" in bench
+
+
 def test_the_readmes_show_every_command() -> None:
     """Each command a user can run appears in an example, and the examples are really found (not zero)."""
     assert sum(1 for doc, _ in DOCUMENTED if doc == "README.md") >= 40
