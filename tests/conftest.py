@@ -22,7 +22,7 @@ CORPUS = FIXTURES / "corpus"
 
 
 def corpus_labels() -> dict[str, dict[str, str]]:
-    """The corpus reports' hand-made labels (LABELS.md), keyed by log file name."""
+    """The corpus reports' hand-made labels (labels.json's `expected`), keyed by log file name."""
     return {name: entry["expected"] for name, entry in json.loads((CORPUS / "labels.json").read_text()).items()}
 
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
 STALE = ROOT / "samples" / "stale-drafter"
+CORPUS_LABELS = json.loads((ROOT / "tests" / "fixtures" / "corpus" / "labels.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(autouse=True)
@@ -136,13 +137,18 @@ def test_binary_and_broken_gzip_give_messages_not_tracebacks() -> None:
     broken = gzip.compress(SEED.read_bytes())[:300]
     at = _upload(_app(), ("picture.log", png), ("cut.gz", broken))
     assert not at.exception
-    for choice in range(len(at.sidebar.selectbox(key="show").options)):
+    assert at.sidebar.selectbox(key="show").options == ["picture.log", "cut.gz"]
+    for choice in (0, 1):
         at.sidebar.selectbox(key="show").set_value(choice)
         at.run()
         assert not at.exception
-        assert at.warning or at.error or at.get("plotly_chart")
-        if at.sidebar.selectbox(key="show").value == 1:  # cut.gz
-            assert any("ends early" in w.value for w in at.warning)
+        warnings = [w.value for w in at.warning]
+        if choice == 0:  # picture.log: no log line in it, so a message and no chart
+            assert any("picture.log: no llama.cpp log lines" in w for w in warnings), warnings
+            assert not at.get("plotly_chart")
+        else:  # cut.gz: what was there is read and judged, and the page says the file ends early
+            assert any("cut.gz: compressed data ends early" in w for w in warnings), warnings
+            assert _headlines(at) == [_headline(analyze.parse(broken, name="cut.gz"))]
 
 
 def test_log_text_is_never_rendered_as_markdown_or_html() -> None:
@@ -282,12 +288,32 @@ def test_table_filters_narrow_the_rows() -> None:
     assert 0 < len(after) < before and set(after["kind"]) == {"reset"}
 
 
+HEADLINES = ("Healthy", "No failure found")
+
+
+def _headline(result: analyze.ParseResult) -> str:
+    """The page's headline for a parse, as the page promises it: a log with no failure reads as healthy (with
+    draft statistics) or as no failure found, anything else as its verdict's kind."""
+    if not len(result.errors) and result.verdict.kind == "draft_stats_only":
+        return "Healthy"
+    if not len(result.errors) and result.verdict.kind == "other":
+        return "No failure found"
+    return f"Verdict: {result.verdict.kind.replace('_', ' ')}"
+
+
+def _headlines(at: AppTest) -> list[str]:
+    return [s.value for s in at.subheader if s.value in HEADLINES or s.value.startswith("Verdict: ")]
+
+
 @pytest.mark.parametrize("report", sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.log")), ids=lambda p: p.stem[:24])
 def test_every_corpus_report_opens_cleanly(report: Path) -> None:
     at = _upload(_app(), (report.name, report.read_bytes()))
     assert not at.exception, report.name
-    assert any(s.value.startswith("Verdict: ") or s.value in ("Healthy", "No failure found") for s in at.subheader) \
-        or at.warning
+    # every labelled report holds llama.cpp lines: the page opens on the headline of its labelled kind, no warning
+    result = analyze.parse(report)
+    assert result.verdict.kind == CORPUS_LABELS[report.name]["expected"]["error_kind"]
+    assert _headlines(at) == [_headline(result)]
+    assert [w.value for w in at.warning] == []
 
 
 def test_a_log_without_positions_says_how_to_get_them() -> None:

@@ -1,4 +1,4 @@
-"""`kvtrace capture engine` and `kvtrace demo`: thin click commands over capture/engine.py."""
+"""`kvtrace capture engine` and `kvtrace demo`: thin click commands over capture/engine/."""
 
 from __future__ import annotations
 

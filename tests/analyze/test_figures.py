@@ -1,4 +1,5 @@
-"""Figures from real logs and from mutated real logs: never an exception, errors always drawn exactly."""
+"""Figures from real logs and from mutated real logs: never an exception, errors always drawn exactly, and
+what each trace holds (names, points, x and y) checked against the tables and the engine's ground truth."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly.io as pio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analyze
+from analyze.definitions import reset_events
 from analyze.overview import overview
-from analyze.positions import floats
+from analyze.positions import apart, apart_stretches, choose_axis, default_tolerance, floats, stored_positions
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
 from analyze.views.perfetto import trace
 from tests.analyze.formats import batch_dump, find_slot
@@ -122,3 +125,140 @@ def test_compare_draws_each_sides_resets() -> None:
     # Both sides' resets span the shared position axis: from below the lowest to above the highest drawn.
     ys = np.concatenate([_decode(_trace(fig, f"reset ({s})")["y"]) for s in "AB"])
     assert np.nanmin(ys) <= 0 and np.nanmax(ys) >= max(a.batches["pos_max"].max(), b.batches["pos_max"].max())
+
+
+STALE = ROOT / "samples" / "stale-drafter"
+
+
+def _spec(fig) -> dict:  # noqa: ANN001
+    return json.loads(pio.to_json(fig, validate=False))
+
+
+def _xy(trace: dict) -> tuple[np.ndarray, np.ndarray]:
+    return _decode(trace["x"]), _decode(trace["y"])
+
+
+def _triples(values: np.ndarray) -> np.ndarray:
+    """A segments trace (a, b, NaN, a, b, NaN, ...) as rows (a, b), its NaN separators checked."""
+    assert values.size % 3 == 0 and np.isnan(values[2::3]).all()
+    return np.stack([values[0::3], values[1::3]], axis=1)
+
+
+def test_the_position_figure_draws_each_trace_from_the_tables() -> None:
+    result = analyze.parse(STALE)
+    truth = pd.read_parquet(STALE / "ground_truth.parquet")
+    axis = choose_axis(result)
+    tol = default_tolerance(result)
+    spec = _spec(position_figure(result, seq_id=0))
+    traces = {d["name"]: d for d in spec["data"]}
+    assert list(traces) == ["target batch span", "target", "drafter batch span", "drafter",
+                            "position error (X to Y)", f"drafter and target apart (> {tol:g})", "reset"]
+    assert tol == 4  # the sample's draft block: a 3-token draft plus the token it starts from
+
+    # Stored max per side: every point of the derivation (a small log is never downsampled), in order.
+    for side in ("target", "drafter"):
+        want = stored_positions(result, side, 0, axis)
+        x, y = _xy(traces[side])
+        np.testing.assert_array_equal(x, want["x"].to_numpy(float))
+        np.testing.assert_array_equal(y, want["pos"].to_numpy(float))
+        np.testing.assert_array_equal(_decode(traces[side]["customdata"]), want["line"].to_numpy())
+
+    # Batch spans: one vertical segment per decode of that side, from its first to its last position, as the
+    # engine's API decoded them (the ground truth, not the reader's tables).
+    for side in ("target", "drafter"):
+        x, y = _xy(traces[f"{side} batch span"])
+        spans = _triples(y)
+        xs = _triples(x)
+        assert (xs[:, 0] == xs[:, 1]).all()  # vertical
+        decoded = truth[truth["context"] == side]
+        assert len(spans) == len(decoded)
+        assert sorted(map(tuple, spans.tolist())) == sorted(zip(decoded["pos_min"].astype(float),
+                                                                decoded["pos_max"].astype(float), strict=True))
+
+    # Position errors: from X (the drafter's stored max, per the API) to Y (the refused batch's start).
+    x, y = _xy(traces["position error (X to Y)"])
+    failed = truth[truth["ret"] != 0]
+    assert sorted(map(tuple, _triples(y).tolist())) == sorted(
+        zip(failed["drafter_kv_max"].astype(float), failed["pos_min"].astype(float), strict=True))
+    errors = result.errors
+    np.testing.assert_array_equal(_triples(x)[:, 0], axis.of(errors["line"], errors["t"]))
+
+    # Every drawn position lies inside the y extent the resets and the shading span.
+    drawn = np.concatenate([_xy(traces[n])[1] for n in ("target", "drafter", "target batch span",
+                                                        "drafter batch span", "position error (X to Y)")])
+    lo, hi = np.nanmin(drawn), np.nanmax(drawn)
+
+    # Resets: one dotted vertical line per reset event, at its place on the axis, spanning everything drawn.
+    resets = reset_events(result.events)
+    x, y = _xy(traces["reset"])
+    assert len(resets) == 3
+    np.testing.assert_array_equal(_triples(x)[:, 0], axis.of(resets["line"], resets["t"]))
+    assert (_triples(y)[:, 0] < lo).all() and (_triples(y)[:, 1] > hi).all()
+
+    # The divergence band: one closed rectangle per stretch the drafter and target are apart by more than tol.
+    runs = apart_stretches(result, apart(result, 0, axis), tol)
+    assert len(runs) == 1
+    x, y = _xy(traces[f"drafter and target apart (> {tol:g})"])
+    assert traces[f"drafter and target apart (> {tol:g})"]["fill"] == "toself"
+    np.testing.assert_array_equal(x[:5], [runs[0].x0, runs[0].x1, runs[0].x1, runs[0].x0, runs[0].x0])
+    assert y[0] == y[1] == y[4] < lo and y[2] == y[3] > hi and np.isnan(x[5]) and np.isnan(y[5])
+
+
+def test_a_chosen_tolerance_moves_the_band_in_both_figures() -> None:
+    result = analyze.parse(STALE)
+    axis = choose_axis(result)
+    for tol in (2.0, 9.0):
+        traces = {d["name"]: d for d in _spec(position_figure(result, seq_id=0, tolerance=tol))["data"]}
+        runs = apart_stretches(result, apart(result, 0, axis), tol)
+        band = traces.get(f"drafter and target apart (> {tol:g})")
+        if runs:
+            assert band is not None and np.isfinite(_decode(band["x"])).sum() >= 5 * len(runs) - 5
+        else:
+            assert band is None
+        shapes = _spec(delta_figure(result, seq_id=0, tolerance=tol))["layout"]["shapes"]
+        assert [(s["type"], s["y0"], s["y1"]) for s in shapes] == [("rect", -tol, tol), ("line", 0, 0)]
+    # the stale drafter stays 9 to 13 positions behind: apart at 2, never by more than 13
+    assert apart_stretches(result, apart(result, 0, axis), 2.0)
+    assert not apart_stretches(result, apart(result, 0, axis), 13.0)
+
+
+def test_the_delta_figure_is_drafter_minus_target() -> None:
+    result = analyze.parse(STALE)
+    axis = choose_axis(result)
+    d = apart(result, 0, axis)
+    spec = _spec(delta_figure(result, seq_id=0))
+    assert [t["name"] for t in spec["data"]] == ["drafter minus target"]
+    x, y = _xy(spec["data"][0])
+    np.testing.assert_array_equal(x, d["x"].to_numpy(float))
+    np.testing.assert_array_equal(y, d["delta"].to_numpy(float))
+    # the stale drafter's widest gap as the log shows it (the stored max before each batch; the API's caches,
+    # read after each call, were one further apart at the last refused batch: -13)
+    assert y.min() == -12 == min(r.peak for r in apart_stretches(result, d, default_tolerance(result)))
+
+
+def test_the_acceptance_figure_counts_the_cycles() -> None:
+    result = analyze.parse(STALE)
+    cycles = result.events[result.events["kind"] == "accepted"]
+    spec = _spec(acceptance_figure(result))
+    bars = spec["data"][0]
+    x, y = _xy(bars)
+    counts = floats(cycles["accepted"]).astype(int)
+    np.testing.assert_array_equal(x, np.unique(counts))
+    np.testing.assert_array_equal(y, [int((counts == v).sum()) for v in np.unique(counts)])
+    rate = floats(cycles["accepted"]).sum() / floats(cycles["generated"]).sum()
+    assert spec["layout"]["title"]["text"] == f"accepted draft tokens per cycle ({len(cycles)} cycles, {rate:.1%} accepted)"
+    assert (len(cycles), x.tolist(), y.tolist()) == (5, [0.0, 1.0], [4.0, 1.0])
+
+
+def test_downsampling_keeps_each_traces_extremes_within_its_budget() -> None:
+    result = analyze.parse(STALE)
+    axis = choose_axis(result)
+    traces = {d["name"]: d for d in _spec(position_figure(result, seq_id=0, max_points=6))["data"]}
+    for side in ("target", "drafter"):
+        full = stored_positions(result, side, 0, axis)["pos"].to_numpy(float)
+        _, y = _xy(traces[side])
+        assert len(full) > 6 >= len(y)
+        assert y.max() == full.max() and y.min() == full.min() and y[0] == full[0] and y[-1] == full[-1]
+    # errors and resets are never downsampled
+    assert len(_triples(_xy(traces["position error (X to Y)"])[1])) == len(result.errors) == 15
+    assert len(_triples(_xy(traces["reset"])[1])) == 3

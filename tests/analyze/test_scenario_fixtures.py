@@ -4,7 +4,9 @@ The engine's faults and the seed report keep their divergences."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +16,32 @@ from analyze.compare import compare
 from analyze.health import check_structure, health
 from analyze.overview import overview
 from analyze.views.report import markdown_report
+from capture.scenarios import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "scenarios"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
+
+# What each fixture is, written down here from the scenario matrix (capture/scenarios.py) and the server's own
+# start-up lines, so the index the other tests trust is itself checked: spec type, how that type keeps the
+# drafter's KV, slots, context size, one unified cache or not, RPC devices. Every one of them is a healthy run.
+TABLE: dict[str, tuple[str, str, int, int, bool, int]] = {
+    # name                               spec type       drafter KV  slots  n_ctx  unified  RPC devices
+    "draft-dflash-1slot.log.gz":         ("draft-dflash", "mirror", 1, 512, False, 0),
+    "draft-dflash-2dev-devd.log.gz":     ("draft-dflash", "mirror", 1, 512, False, 2),
+    "draft-dflash-2dev-kvu.log.gz":      ("draft-dflash", "mirror", 2, 1024, True, 2),
+    "draft-dflash-2dev-layer.log.gz":    ("draft-dflash", "mirror", 1, 512, False, 2),
+    "draft-dflash-2slots.log.gz":        ("draft-dflash", "mirror", 2, 1024, False, 0),
+    "draft-eagle3-1slot.log.gz":         ("draft-eagle3", "mirror", 1, 512, False, 0),
+    "draft-simple-1slot.log.gz":         ("draft-simple", "own", 1, 512, False, 0),
+    "draft-simple-2dev-layer.log.gz":    ("draft-simple", "own", 1, 512, False, 2),
+    "draft-simple-4slots.log.gz":        ("draft-simple", "own", 4, 1024, False, 0),
+    "draft-simple-cache-reuse.log.gz":   ("draft-simple", "own", 2, 1024, False, 0),
+    "draft-simple-context-shift.log.gz": ("draft-simple", "own", 1, 256, False, 0),
+    "draft-simple-kv-unified.log.gz":    ("draft-simple", "own", 3, 1024, True, 0),
+    "ngram-mod-2slots.log.gz":           ("ngram-mod", "none", 2, 1024, False, 0),
+    "ngram-simple-1slot.log.gz":         ("ngram-simple", "none", 1, 512, False, 0),
+}  # fmt: skip
 
 
 def test_every_speculative_type_has_a_fixture() -> None:
@@ -26,6 +50,34 @@ def test_every_speculative_type_has_a_fixture() -> None:
     assert sorted(p.name for p in FIXTURES.glob("*.log.gz")) == sorted(INDEX)
     for path in FIXTURES.glob("*.log.gz"):
         assert path.stat().st_size < 400_000, path.name
+
+
+def test_the_index_is_what_the_table_and_the_matrix_say() -> None:
+    assert sorted(INDEX) == sorted(TABLE)
+    for name, (spec_type, drafter_kv, slots, n_ctx, unified, _) in TABLE.items():
+        entry = INDEX[name]
+        assert (entry["spec_type"], entry["drafter_kv"]) == (spec_type, drafter_kv), name
+        args = entry["server_args"]
+        assert args[args.index("-np") + 1] == str(slots) and args[args.index("-c") + 1] == str(n_ctx), name
+        assert ("--kv-unified" in args) is unified, name
+        # the scenario that made it: the same type, flags and description
+        scenario = BY_NAME[name.removesuffix(".log.gz")]
+        assert (scenario.spec_type, list(scenario.args), scenario.about) == (spec_type, args, entry["about"])
+        assert scenario.healthy and scenario.rpc_devices == TABLE[name][5], name
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_the_table_is_what_each_server_said_at_start_up(name: str) -> None:
+    """Read with plain patterns, not the reader: the server's own words for its type, slots, cache and devices."""
+    spec_type, _, slots, n_ctx, unified, rpc = TABLE[name]
+    text = gzip.decompress((FIXTURES / name).read_bytes()).decode("utf-8", "replace")
+    assert re.findall(r"adding speculative implementation '([\w-]+)'", text)[:1] == [spec_type]
+    got = re.search(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = \d+, kv_unified = '(\w+)'", text)
+    assert got is not None and (int(got[1]), got[2] == "true") == (slots, unified)
+    assert re.findall(r"llama_context: n_ctx += (\d+)", text)[:1] == [str(n_ctx)]
+    assert len(set(re.findall(r"common_param: +- (RPC\d+) +:", text))) == rpc
+    # a healthy run: no refused batch, no failed decode, no cache without room
+    assert not re.search(r"inconsistent sequence positions|failed to decode|failed to find a memory slot", text)
 
 
 @pytest.mark.parametrize("name", sorted(INDEX))

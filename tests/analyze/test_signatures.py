@@ -18,7 +18,7 @@ from tests.conftest import CORPUS, corpus_labels
 ROOT = Path(__file__).resolve().parents[2]
 LABELS = corpus_labels()
 
-# The bug each report shows, read from its thread (LABELS.md and the labels' notes).
+# The bug each report shows, read from its thread (and the notes in labels.json).
 EXPECTED = {
     "00_beellama-28-multigpu-dflash-seed.log": "stale_drafter_kv",
     "01_beellama-27-dflash-drafter-consecutive.log": "stale_drafter_kv",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from capture.gpus import apply_visible_devices, parse_nvidia_smi_csv
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from capture.gpus import apply_visible_devices, parse_nvidia_smi_csv, query_gpus
 from capture.llama_args import (
     add_log_flags,
     endpoint,
@@ -96,3 +102,29 @@ def test_gpus_and_cuda_visible_devices() -> None:
     none = apply_visible_devices(parse_nvidia_smi_csv(SMI), "")
     assert not any(g.visible for g in none)
     assert all(g.visible for g in apply_visible_devices(parse_nvidia_smi_csv(SMI), None))
+
+
+def _fake_smi(folder: Path, body: str) -> None:
+    """An `nvidia-smi` on PATH that runs `body` (Python), for each state the manifest can record."""
+    path = folder / "nvidia-smi"
+    path.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.parametrize("state", ["not found", "ok", "exit"])
+def test_each_nvidia_smi_state_is_recorded_as_itself(state: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    if state == "ok":
+        _fake_smi(tmp_path, f"sys.stdout.write({SMI!r})")
+    elif state == "exit":
+        _fake_smi(tmp_path, "sys.stderr.write('NVIDIA-SMI has failed: no driver\\n'); sys.exit(9)")
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing else on PATH: no machine's own nvidia-smi
+    got = query_gpus({"CUDA_VISIBLE_DEVICES": "1"})
+    assert got["cuda_visible_devices"] == "1"
+    if state == "not found":
+        assert (got["nvidia_smi"], got["gpus"]) == ("not found", [])
+    elif state == "ok":
+        assert got["nvidia_smi"] == "ok"
+        assert [(g["index"], g["visible"]) for g in got["gpus"]] == [(1, True), (0, False)]  # CUDA's order
+    else:
+        assert (got["nvidia_smi"], got["gpus"]) == ("exit 9: NVIDIA-SMI has failed: no driver", [])

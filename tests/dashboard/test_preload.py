@@ -41,7 +41,13 @@ def test_a_missing_or_unreadable_log_leaves_the_message_to_the_page(tmp_path: Pa
     (tmp_path / "bad.gz").write_bytes(b"\x1f\x8b\x08\x00broken")
     preload.start(str(tmp_path / "bad.gz"))
     got = preload.take(str(tmp_path / "bad.gz"))
-    assert got is None or (got[0] is not None or got[1])  # the reader's own answer, never an exception
+    # the reader's own answer, never an exception: what was there (nothing) and that the gzip ends early
+    assert got is not None
+    result, error = got
+    assert error is None and result is not None
+    assert result.warnings == analyze.parse(tmp_path / "bad.gz").warnings
+    assert len(result.warnings) == 1 and "compressed data ends early" in result.warnings[0]
+    assert result.verdict.kind == "no_log"
 
 
 def test_a_job_no_page_took_is_stopped_and_its_file_removed(tmp_path: Path) -> None:
