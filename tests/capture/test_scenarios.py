@@ -106,3 +106,27 @@ def test_a_drafter_the_build_cannot_load(llama_server: Path, tmp_path: Path) -> 
     run = run_scenario(bad, tmp_path / "bad", llama_server, limit=60)
     assert not run.ok and "\n" not in run.reason and run.reason, run.reason
     assert (run.session / "raw.log").stat().st_size > 0
+
+
+DEFAULTS = [s.name for s in SCENARIOS if s.defaults]
+TUNED = {"draft-dflash-defaults": "draft-dflash-1slot", "draft-simple-defaults": "draft-simple-1slot",
+         "ngram-mod-defaults": "ngram-mod-2slots"}
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_the_servers_defaults_read_healthy(matrix: Matrix, name: str) -> None:
+    """The command users type (memory fitting on, -np auto): healthy, like the tuned run, and opened on the
+    slot the client landed on."""
+    from analyze.positions import batches_per_sequence, opening_sequence
+
+    _, result, h = matrix.get(name)
+    assert result.verdict.kind == "draft_stats_only" and len(result.errors) == 0, result.verdict.summary
+    notices = result.events[result.events["kind"] == "startup_notice"]
+    if name.startswith("draft-dflash"):
+        # memory fitting cannot create the DFlash drafter without its target, and llama.cpp says that is normal
+        assert len(notices) >= 1 and notices["pattern"].eq("init_context_failed").any(), notices
+    _, tuned, _ = matrix.get(TUNED[name])
+    assert compare(tuned, result).verdict == "unchanged"
+    counts = batches_per_sequence(result)
+    busy = opening_sequence(result)
+    assert busy is not None and counts[busy] == max(counts.values()) and counts[busy] > 10, counts
