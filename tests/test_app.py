@@ -373,3 +373,27 @@ def test_follow_a_capture_while_it_is_written(tmp_path: Path, monkeypatch: pytes
     assert int(metrics["Batches"].replace(",", "")) > batches[-1]
     assert "Raw log" in [s.value for s in at.subheader]
     assert tuple(next(s for s in at.slider if s.key and s.key.startswith("range-")).value) == zoom
+
+
+def test_the_page_gives_the_reports_next_steps_and_counts_it_the_same_way() -> None:
+    """One source of advice (the report's filled next steps) and one count of batches, headline and tab alike;
+    with one log open there is no empty Compare-with box, only a line saying how to get one."""
+    import analyze
+    from analyze.views.report import what_to_do
+
+    at = _app()
+    at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
+    at.run()
+    assert not at.exception
+    result = analyze.parse(STALE)
+    explanation, steps = what_to_do(result)
+    shown = "\n".join(m.value for m in at.markdown)
+    assert steps and all(step in shown for step in steps), (steps, shown[-800:])
+    assert explanation in shown
+    metrics = {m.label: m.value for m in at.metric}
+    n_batches = int(result.batches["batch"].nunique())
+    assert metrics["Batches"] == f"{n_batches:,}"
+    assert any(t.label.startswith(f"Batches ({n_batches:,} batches, {len(result.batches):,} rows)") for t in at.tabs)
+    assert "For the whole log" in " ".join(c.value for c in at.caption)
+    assert not [s for s in at.sidebar.selectbox if s.key == "compare-with"]
+    assert any("To compare, open a second log" in c.value for c in at.sidebar.caption)

@@ -92,6 +92,27 @@ def test_sigterm_and_sigkill_of_the_command_stop_the_server_and_free_the_port() 
                 proc.wait()
 
 
+def test_started_with_sigint_ignored_it_still_stops_on_sigint() -> None:
+    """A background job (`kvtrace dashboard ... &`, nohup) starts with SIGINT ignored; `kill -INT` must still
+    stop the command and its server."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        wait_for_dashboard(port, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        assert _port_free(port), "the streamlit server outlived the command"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_follow_rejects_a_finished_gzip(tmp_path: Path) -> None:
     gz = tmp_path / "done.log.gz"
     import gzip
