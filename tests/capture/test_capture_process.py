@@ -393,12 +393,16 @@ def test_debug_environment_is_set_and_can_be_turned_off(tmp_path: Path, py: str)
 
 
 def test_status_line_updates_in_place_on_a_terminal(tmp_path: Path, py: str) -> None:
+    # The program writes until the status line has been drawn (the test says so with a file), at most 20 s:
+    # on a loaded machine the live parse takes seconds to start, and a fixed short program ended before it.
     child = write_script(tmp_path / "slow.py", """
         import os, time
-        for i in range(12):
+        for i in range(133):
             os.write(2, b"0.00.%03d.000 D find_slot: stream[0], n = %5d, used = %5d, head = %5d, size =   512, "
-                        b"n_swa = 0\\n" % (i, i, i, i))
+                        b"n_swa = 0\\n" % (i % 1000, i, i, i))
             time.sleep(0.15)
+            if i >= 11 and os.path.exists("drawn"):
+                break
     """)
     master, slave = pty.openpty()
     proc = subprocess.Popen(kvtrace_argv() + ["capture", "run", "--out", str(tmp_path / "s"), "--", py,
@@ -413,6 +417,8 @@ def test_status_line_updates_in_place_on_a_terminal(tmp_path: Path, py: str) -> 
         if not data:
             break
         seen += data
+        if b"\r\x1b[Kkvtrace: " in seen and b"target pos" in seen:
+            (tmp_path / "drawn").touch()
     proc.wait(30)
     os.close(master)
     assert proc.returncode == 0
