@@ -84,3 +84,34 @@ def test_a_default_np_capture_opens_on_its_busy_sequence(server: str) -> None:  
             page.screenshot(path=str(ARTIFACTS / "healthy-default-np.png"))
         finally:
             browser.close()
+
+
+def test_the_gap_view_of_the_real_capture_draws_the_band_over_an_envelope(server: str) -> None:  # noqa: F811
+    """The real 2-slot b11434 capture: the drafter-minus-target chart is the range per time bucket (a filled
+    area), with the dotted tolerance band drawn on top of it."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    path = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_idle(page)
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
+            _wait_idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            charts = page.locator("[data-testid='stPlotlyChart']")
+            gap = charts.nth(1)  # the chart under the position chart, left
+            gap.scroll_into_view_if_needed()
+            gap.locator(".main-svg").first.wait_for(timeout=30_000)
+            assert gap.locator(".scatterlayer .fills path").count() >= 1, "no envelope drawn"
+            band = gap.locator(".layer-above .shapelayer path")
+            assert band.count() >= 1, "no tolerance band above the data"
+            style = band.first.get_attribute("style") or ""
+            assert "stroke-dasharray" in style, style  # the dotted outline
+            page.screenshot(path=str(ARTIFACTS / "gap-envelope-real-capture.png"), full_page=True)
+        finally:
+            browser.close()

@@ -422,7 +422,9 @@ def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | 
         return seq_id
     left, right = st.columns(2)
     with left:
-        st.caption("Drafter minus target stored position (0 = in step; grey band = within one draft cycle's tolerance)")
+        st.caption("Drafter minus target stored position (0 = in step; dotted band = within one draft cycle's "
+                   "tolerance). A long run shows its range per time bucket, x where it leaves the band; zoom in "
+                   "with the slider for the step line.")
         if len(result.kv) or len(result.batches):
             st.plotly_chart(delta_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol),
                             key=f"delta-{key}", config={"displaylogo": False})

@@ -70,3 +70,20 @@ def downsample(
         raise ValueError(f"x and y differ in shape: {x.shape} vs {y.shape}")
     idx = minmax_indices(y, max_points, keep)
     return x[idx], y[idx]
+
+
+def envelope(x: np.ndarray, y: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per bucket of equal x width: (x start, x end, min y, max y), empty buckets left out. NaN y is ignored."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if not x.size:
+        empty = np.array([], dtype=float)
+        return empty, empty, empty, empty
+    lo_x, hi_x = float(x.min()), float(x.max())
+    edges = np.linspace(lo_x, hi_x if hi_x > lo_x else lo_x + 1.0, buckets + 1)
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, buckets - 1)
+    order = np.argsort(which, kind="stable")
+    which, ys = which[order], y[order]
+    starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
+    used = which[starts]
+    return edges[used], edges[used + 1], np.minimum.reduceat(ys, starts), np.maximum.reduceat(ys, starts)

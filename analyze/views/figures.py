@@ -26,7 +26,7 @@ from analyze.positions import (
     stored_positions,
 )
 from analyze.records import detail_of
-from analyze.views.downsample import DEFAULT_MAX_POINTS, minmax_indices
+from analyze.views.downsample import DEFAULT_MAX_POINTS, envelope, minmax_indices
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
@@ -291,26 +291,55 @@ def waiting_figure() -> go.Figure:
     return fig
 
 
+# More points than this in view read as a solid block in a 300-pixel-high strip: draw the range per time
+# bucket instead, with the tolerance band on top and the buckets outside it marked; zoomed in, the step line.
+ENVELOPE_ABOVE = 400
+ENVELOPE_BUCKETS = 200
+
+
 def delta_figure(
     result: ParseResult, *, seq_id: int | None = None, axis: XAxis | None = None,
     x_range: tuple[float, float] | None = None, tolerance: float | None = None,
-    max_points: int = DEFAULT_MAX_POINTS,
+    max_points: int = DEFAULT_MAX_POINTS, envelope_above: int = ENVELOPE_ABOVE,
 ) -> go.Figure:
-    """Drafter minus target stored position over time (0 = in step)."""
+    """Drafter minus target stored position over time (0 = in step): the step line, or on a long run the
+    envelope (min to max per time bucket) under the tolerance band, with the stretches outside it marked."""
     axis = axis or choose_axis(result)
     d = apart(result, seq_id, axis)
     d = d[_in_range(d["x"].to_numpy(float), x_range)]
-    dv = d["delta"].to_numpy(float)
-    idx = minmax_indices(dv, max_points)
+    xv, dv = d["x"].to_numpy(float), d["delta"].to_numpy(float)
     tol = default_tolerance(result) if tolerance is None else tolerance
     fig = go.Figure()
-    fig.add_trace(go.Scatter(
-        x=d["x"].to_numpy(float)[idx], y=dv[idx], mode="lines", name="drafter minus target",
-        line={"color": COLOURS["drafter"], "shape": "hv"}, customdata=d["line"].to_numpy(np.int64)[idx],
-        hovertemplate="drafter - target = %{y}<br>line %{customdata}<extra></extra>",
-    ))  # fmt: skip
+    if len(dv) > envelope_above:
+        x0, x1, lo, hi = envelope(xv, dv, ENVELOPE_BUCKETS)
+        mid = (x0 + x1) / 2
+        fig.add_trace(go.Scatter(x=mid, y=hi, mode="lines", line={"width": 0, "color": COLOURS["drafter"]},
+                                 name="envelope max", hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=mid, y=lo, mode="lines", line={"width": 0, "color": COLOURS["drafter"]}, fill="tonexty",
+            fillcolor="rgba(242,142,28,0.35)", name="drafter minus target (range per time bucket)",
+            customdata=np.stack([lo, hi], axis=-1),
+            hovertemplate="drafter - target from %{customdata[0]} to %{customdata[1]}<extra></extra>",
+        ))  # fmt: skip
+        out = (hi > tol) | (lo < -tol)
+        if out.any():
+            worst = np.where(np.abs(hi) >= np.abs(lo), hi, lo)[out]
+            fig.add_trace(go.Scatter(
+                x=mid[out], y=worst, mode="markers", name="outside the band",
+                marker={"color": COLOURS["error"], "size": 5, "symbol": "x"},
+                hovertemplate="outside the band: %{y}<extra></extra>",
+            ))  # fmt: skip
+    else:
+        idx = minmax_indices(dv, max_points)
+        fig.add_trace(go.Scatter(
+            x=xv[idx], y=dv[idx], mode="lines", name="drafter minus target",
+            line={"color": COLOURS["drafter"], "shape": "hv"}, customdata=d["line"].to_numpy(np.int64)[idx],
+            hovertemplate="drafter - target = %{y}<br>line %{customdata}<extra></extra>",
+        ))  # fmt: skip
     if tol:
-        fig.add_hrect(y0=-tol, y1=tol, fillcolor="rgba(120,120,120,0.10)", line_width=0)
+        # above the data with an outline, so a dense run cannot hide it
+        fig.add_hrect(y0=-tol, y1=tol, fillcolor="rgba(120,120,120,0.12)", layer="above",
+                      line={"color": "#555", "width": 1, "dash": "dot"}, name="tolerance band")
     fig.add_hline(y=0, line={"color": "#444", "width": 1})
     fig.update_layout(
         xaxis_title=axis.title, yaxis_title="drafter - target (positions)", height=300,

@@ -262,3 +262,34 @@ def test_downsampling_keeps_each_traces_extremes_within_its_budget() -> None:
     # errors and resets are never downsampled
     assert len(_triples(_xy(traces["position error (X to Y)"])[1])) == len(result.errors) == 15
     assert len(_triples(_xy(traces["reset"])[1])) == 3
+
+
+def test_the_gap_view_of_a_long_real_run_is_an_envelope_under_the_band() -> None:
+    """The real 2-slot b11434 capture: too many points for a readable step line, so the range per time bucket
+    is drawn, the tolerance band sits above it, and the buckets outside the band are marked; zoomed in far
+    enough, the step line again."""
+    from analyze.positions import apart, choose_axis, default_tolerance
+    from analyze.views.figures import ENVELOPE_ABOVE
+
+    result = analyze.parse(ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz")
+    axis = choose_axis(result)
+    d = apart(result, 0, axis)
+    assert len(d) > ENVELOPE_ABOVE  # what the test is about
+    fig = delta_figure(result, seq_id=0, axis=axis)
+    names = [t.name for t in fig.data]
+    assert "drafter minus target (range per time bucket)" in names and "drafter minus target" not in names
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    tol = default_tolerance(result)
+    assert len(band) == 1 and band[0].layer == "above" and (band[0].y0, band[0].y1) == (-tol, tol)
+    env = next(t for t in fig.data if t.name.startswith("drafter minus target (range"))
+    top = next(t for t in fig.data if t.name == "envelope max")
+    lo, hi = np.asarray(env.y, float), np.asarray(top.y, float)
+    assert (lo <= hi).all() and lo.min() == d["delta"].min() and hi.max() == d["delta"].max()
+    outside = [t for t in fig.data if t.name == "outside the band"]
+    n_out = int(((hi > tol) | (lo < -tol)).sum())
+    assert (len(outside[0].x) if outside else 0) == n_out
+    # zoomed into a stretch of fewer points than the threshold: the raw step line
+    x = d["x"].to_numpy(float)
+    zoom = (float(x[10]), float(x[10 + ENVELOPE_ABOVE // 2]))
+    zoomed = delta_figure(result, seq_id=0, axis=axis, x_range=zoom)
+    assert [t.name for t in zoomed.data] == ["drafter minus target"]
