@@ -45,6 +45,9 @@ class ParseResult:
     source: str = ""
     warnings: list[str] = field(default_factory=list)
     truncated: bool = False  # the input was read only in part (its warnings say why)
+    # derived tables computed once per result (positions per sequence and axis): the dashboard, the report and
+    # the overview ask for the same ones several times in one page run
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def lines(self) -> int:

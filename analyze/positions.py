@@ -259,7 +259,18 @@ def apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     Mirror: at every observation of either side. Own cache (draft-simple): where the drafter decodes, from
     the positions each side's batches reached; between its drafts the drafter's cache is its own business
     (after a new request it keeps the old one until its next draft trims it). No drafter (n-gram): empty.
+    Computed once per result, sequence and kind of axis (callers read it, never change it).
     """
+    cache = getattr(result, "derived", None)
+    if cache is None:
+        return _apart(result, seq_id, axis)
+    key = ("apart", seq_id, axis.kind)
+    if key not in cache:
+        cache[key] = _apart(result, seq_id, axis)
+    return cast(pd.DataFrame, cache[key])
+
+
+def _apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     keep = keeping(result.meta)
     if keep == MIRROR and str(result.meta.get("spec_type", "")).startswith("draft-"):
         return _mirror_apart(result, seq_id, axis)

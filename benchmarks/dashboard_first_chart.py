@@ -1,6 +1,7 @@
 """How long a big log takes to show its first chart in the dashboard. Target: within 5 s, chart before tables.
 
     python benchmarks/dashboard_first_chart.py [--log PATH] [--size-mb 100] [--fault stale-drafter] [--json]
+    python benchmarks/dashboard_first_chart.py --floor [--turns 3]   # kvtrace's pages against the floor page
 
 The log: --log PATH; else the real 124 MB llama-server b11434 capture (draft-simple, two slots, gzip) when
 the shared data folder beside the checkout has it; else the reader benchmark's log (real engine output with
@@ -25,6 +26,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +36,18 @@ from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, bui
 
 TARGET_S = 5.0
 REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
+
+
+def _unpacked(gz: Path) -> Path:
+    """The real capture as a plain file (built once under benchmarks/out/): a path opened on the machine."""
+    import gzip
+
+    out = ROOT / "benchmarks" / "out" / gz.name.removesuffix(".gz")
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(gz, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    return out
 
 
 def library(path: Path) -> dict[str, float | int]:
@@ -112,6 +126,96 @@ def browser(path: Path) -> dict[str, float]:
     return {"browser_first_chart_s": round(wall, 2), "browser_first_table_s": round(tables, 2)}
 
 
+FLOOR_PAGE = """import plotly.graph_objects as go
+import streamlit as st
+
+st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2], y=[0, 1, 0], mode="lines")))
+"""
+CHART = "[data-testid='stPlotlyChart'] .scatterlayer .trace .js-line"
+
+
+def _serve(cmd: list[str], env: dict[str, str], port: int) -> Any:
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"the server on port {port} did not come up")
+
+
+def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path) -> float:
+    """One first open on a server just started: seconds from page.goto to a drawn line of the first chart."""
+    from playwright.sync_api import sync_playwright
+
+    from analyze.dashboard.launch import streamlit_command
+    from capture.session import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
+    if kind == "floor":
+        cmd = streamlit_command("127.0.0.1", port)
+        cmd[cmd.index("analyze.dashboard.serve")] = "streamlit"  # plain `streamlit run`, same flags
+        cmd[cmd.index("run") + 1] = str(floor_script)
+    else:
+        cmd = streamlit_command("127.0.0.1", port)
+        if kind in ("path", "follow") and arg is not None:
+            env["KVTRACE_OPEN"] = str(arg.resolve())
+            if kind == "follow":
+                env["KVTRACE_FOLLOW"] = "1"
+    proc = _serve(cmd, env, port)
+    try:
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=chromium, headless=True,
+                                   args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                                         "--disable-component-update", "--disable-sync", "--no-first-run"])
+            page = b.new_page(viewport={"width": 1500, "height": 1200})
+            t0 = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}")
+            if kind == "upload" and arg is not None:
+                page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(arg)])
+            page.wait_for_selector(CHART, state="attached", timeout=180_000)
+            wall = time.perf_counter() - t0
+            b.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+    return wall
+
+
+def floor_table(small: Path, big: Path | None, big_gz: Path | None, turns: int) -> list[dict[str, Any]]:
+    """The floor page (bare Streamlit, one three-point Plotly chart) and kvtrace's pages, in turns in one run."""
+    import statistics
+    import tempfile
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("chromium is not installed: make browser")
+    pages: list[tuple[str, str, Path | None]] = [("floor: bare Streamlit, one 3-point chart", "floor", None),
+                                                 (f"small session ({small.name}), by path", "path", small),
+                                                 (f"small session ({small.name}) under --follow", "follow", small)]
+    if big is not None:
+        pages.append((f"{big.name}, {big.stat().st_size / 1e6:.0f} MB, by path (first open)", "path", big))
+    if big_gz is not None:
+        pages.append((f"upload of {big_gz.name}, {big_gz.stat().st_size / 1e6:.0f} MB", "upload", big_gz))
+    times: dict[str, list[float]] = {label: [] for label, _, _ in pages}
+    with tempfile.TemporaryDirectory() as tmp:
+        floor_script = Path(tmp) / "floor.py"
+        floor_script.write_text(FLOOR_PAGE)
+        for _ in range(turns):
+            for label, kind, arg in pages:
+                times[label].append(_one_open(kind, arg, chromium, floor_script))
+    floor = statistics.median(times[pages[0][0]])
+    return [{"page": label, "runs_s": [round(x, 2) for x in times[label]],
+             "median_s": round(statistics.median(times[label]), 2),
+             "ratio_to_floor": round(statistics.median(times[label]) / floor, 2)} for label, _, _ in pages]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", type=Path, help="the log to open (default: the real 124 MB capture, if present)")
@@ -119,7 +223,24 @@ def main() -> None:
     ap.add_argument("--fault", default="stale-drafter", choices=["stale-drafter", "none", "no-rollback"],
                     help="engine fault of the repeated capture (default: the failure this tool is for)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--floor", action="store_true", help="the floor page beside kvtrace's pages, in turns, each "
+                    "a first open on a fresh server: medians and ratios to the floor (issue 20)")
+    ap.add_argument("--small", type=Path, default=ROOT / "samples" / "stale-drafter",
+                    help="with --floor: the small session (default: samples/stale-drafter)")
+    ap.add_argument("--gz", type=Path, help="with --floor: a .gz to upload (default: the real capture's, if present)")
+    ap.add_argument("--turns", type=int, default=3, help="with --floor: runs of each page (default 3)")
     args = ap.parse_args()
+    if args.floor:
+        big = args.log or (_unpacked(REAL_LOG) if REAL_LOG.is_file() else None)
+        gz = args.gz or (REAL_LOG if REAL_LOG.is_file() else None)
+        rows = floor_table(args.small, big, gz, args.turns)
+        if args.json:
+            print(json.dumps(rows))
+            return
+        for r in rows:
+            print(f"{r['page']:60} median {r['median_s']:5.2f} s  {r['ratio_to_floor']:4.2f}x the floor  "
+                  f"runs {r['runs_s']}")
+        return
     path = args.log or (REAL_LOG if REAL_LOG.is_file() else big_log(args.size_mb, args.fault))
     path.read_bytes()  # warm the page cache so both measurements read from memory
     out: dict[str, object] = {"log": path.name, "file_mb": round(path.stat().st_size / 1e6, 1)}

@@ -659,10 +659,15 @@ def main() -> None:
         return
     axis = capture_axis(op.source, op.parsed)
     key = op.source.digest[:12]
-    show_verdict(op, axis)
     if op.parsed.verdict.kind == "no_log":
+        show_verdict(op, axis)
         return
+    # The first chart is sent first: the verdict's box sits above it on the page but is filled after it, so
+    # the browser starts drawing while the headline, signature and next steps are worked out.
+    verdict_box = st.container()
     seq_id = show_charts(op, axis, key)
+    with verdict_box:
+        show_verdict(op, axis)
     if cmp_pick is not None:
         other_op = open_source(sources[cmp_pick])
         if other_op.error is not None:
