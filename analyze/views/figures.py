@@ -236,6 +236,50 @@ def _reset_trace(fig: go.Figure, resets: pd.DataFrame, lo: float, hi: float, suf
         fig.add_trace(trace)
 
 
+def request_spans(result: ParseResult, seq_id: int | None, axis: XAxis) -> tuple[np.ndarray, np.ndarray]:
+    """(start x, end x) of each request a slot served, from its `new prompt` line to its next one (or its
+    `stop processing`, or the log's end), for the chosen sequence (a slot's requests are its sequence's)."""
+    ev = result.events
+    if seq_id is None or not len(ev):
+        return np.array([]), np.array([])
+    mine = ev[pd.to_numeric(ev["seq_id"], errors="coerce") == seq_id]
+    starts = mine[mine["kind"] == "new_prompt"]
+    if not len(starts):
+        return np.array([]), np.array([])
+    stops = mine[mine["kind"] == "stop"]
+    start_lines = starts["line"].to_numpy(np.int64)
+    stop_lines = stops["line"].to_numpy(np.int64)
+    last_line = int(result.meta.get("lines") or max(int(ev["line"].max()), int(start_lines.max())))
+    ends = np.empty_like(start_lines)
+    for i, s in enumerate(start_lines):
+        nxt = start_lines[i + 1] if i + 1 < len(start_lines) else last_line
+        after = stop_lines[(stop_lines > s) & (stop_lines <= nxt)]
+        ends[i] = after[0] if after.size else nxt
+    x0 = axis.of(start_lines, starts["t"].to_numpy(float))
+    x1 = axis.of(ends, np.full(ends.size, np.nan))
+    return x0, x1
+
+
+def _request_bands(fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis,
+                   x_range: tuple[float, float] | None, lo: float, hi: float) -> None:
+    """Every other request of the sequence lightly shaded, so the requests of a many-request run can be told
+    apart (their prompts start the stored position over)."""
+    x0, x1 = request_spans(result, seq_id, axis)
+    if x0.size < 2:
+        return
+    ok = np.isfinite(x0) & np.isfinite(x1)
+    if x_range is not None:
+        ok &= (x1 >= x_range[0]) & (x0 <= x_range[1])
+    pick = ok & (np.arange(x0.size) % 2 == 1)
+    if not pick.any():
+        return
+    xs, ys = _vertical_band_trace(x0[pick], x1[pick], lo, hi)
+    fig.add_trace(go.Scatter(
+        x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor="rgba(60, 60, 60, 0.05)",
+        name=f"requests ({x0.size}; every other one shaded)", hoverinfo="skip",
+    ))  # fmt: skip
+
+
 def position_figure(
     result: ParseResult,
     *,
@@ -268,6 +312,7 @@ def position_figure(
             x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor=COLOURS["divergence"],
             name=f"drafter and target apart (> {tol:g})", hoverinfo="skip",
         ))  # fmt: skip
+    _request_bands(fig, result, seq_id, axis, x_range, lo, hi)
     _reset_trace(fig, _resets(result, seq_id, axis, x_range), lo, hi)
     fig.update_layout(
         title=html.escape(title) if title else None,

@@ -293,3 +293,23 @@ def test_the_gap_view_of_a_long_real_run_is_an_envelope_under_the_band() -> None
     zoom = (float(x[10]), float(x[10 + ENVELOPE_ABOVE // 2]))
     zoomed = delta_figure(result, seq_id=0, axis=axis, x_range=zoom)
     assert [t.name for t in zoomed.data] == ["drafter minus target"]
+
+
+def test_the_requests_of_a_sequence_can_be_told_apart() -> None:
+    """Each request of a slot spans its `new prompt` line to its `stop processing`; every other one is shaded."""
+    from analyze.positions import choose_axis
+    from analyze.views.figures import request_spans
+
+    result = analyze.parse(ROOT / "samples" / "stale-drafter")
+    axis = choose_axis(result)
+    ev = result.events
+    prompts = ev[(ev["kind"] == "new_prompt") & (ev["seq_id"] == 0)]
+    x0, x1 = request_spans(result, 0, axis)
+    assert len(x0) == len(prompts) >= 2 and (x0 < x1).all() and (x1[:-1] <= x0[1:]).all()
+    fig = position_figure(result, seq_id=0, axis=axis)
+    band = next(t for t in fig.data if t.name and t.name.startswith("requests ("))
+    assert band.name == f"requests ({len(x0)}; every other one shaded)"
+    xs = np.asarray(band.x, float)
+    shaded = [(xs[i], xs[i + 1]) for i in range(0, xs.size, 6)]
+    assert shaded == [(x0[i], x1[i]) for i in range(1, len(x0), 2)]
+    assert not any(t.name and t.name.startswith("requests (") for t in position_figure(result, axis=axis).data)
