@@ -254,6 +254,11 @@ class LiveParse:
             proc.wait()
             self.complete = True
             return True
+        # The program is done: what is left of the parse is what the wrapper waits for. Take it out of the idle
+        # class from here (where allowed): on a loaded machine it may still be importing the reader, and would
+        # never get far enough to read the `end` line that lets it leave the idle class by itself.
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setscheduler(proc.pid, os.SCHED_OTHER, os.sched_param(0))
         with contextlib.suppress(OSError):
             proc.stdin.write(b"end %d\n" % end_offset)
             proc.stdin.flush()

@@ -37,7 +37,7 @@ class StopRules:
     keep_running: bool = False  # after --ping, leave the server up until another rule stops it
     plan: StopPlan = field(default_factory=StopPlan)
     drain_s: float = 2.0  # after the program exits, how long its helpers may keep the pipe open
-    parse_wait_s: float = 5.0  # at the end, how long the live parse may take to catch up
+    parse_wait_s: float = 15.0  # at the end, how long the live parse may take to catch up (a loaded machine)
 
 
 @dataclass(slots=True)
