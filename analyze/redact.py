@@ -160,7 +160,8 @@ RULES: tuple[Rule, ...] = (
     _r("next_token", "a sampled token's text and id", b"next token: ",
        rb"(?P<head>next token:)\s*" + _INT + rb"(?P<mid> )'(?P<piece>.*)'$", _candidate,
        examples=(
-           ("0.01.117.547 D slot process_toke: id  0 | task 0 | n_gen = 2, n_remaining = 22, next token:   568 ' write'",
+           ("0.01.117.547 D slot process_toke: id  0 | task 0 | n_gen = 2, n_remaining = 22, next token:   568 "
+            "' write'",
             "0.01.117.547 D slot process_toke: id  0 | task 0 | n_gen = 2, n_remaining = 22, next token:      0 "
             "'[redacted]'"),
        )),
@@ -191,7 +192,8 @@ RULES: tuple[Rule, ...] = (
     _r("sampled_id", "the sampled token's id after a verification", b"sampled=",
        rb"(?P<head>add accepted tokens: sampled=)" + _INT, _zero,
        examples=(
-           ("0.01.116.454 D slot   operator(): id  0 | task 0 | add accepted tokens: sampled=378, ids.size=2, n_draft=3",
+           ("0.01.116.454 D slot   operator(): id  0 | task 0 | add accepted tokens: sampled=378, ids.size=2, "
+            "n_draft=3",
             "0.01.116.454 D slot   operator(): id  0 | task 0 | add accepted tokens: sampled=0, ids.size=2, n_draft=3"),
        )),
     _r("decode_token_id", "the id of a token decoded alone", b"slot decode token, id=",
