@@ -34,8 +34,8 @@ def summary_json(summary: RedactSummary, source: str, dest: str) -> dict[str, An
 
 @click.command("redact")
 @click.argument("source", metavar="LOG")
-@out_option("Write the redacted log here (- for stdout). Default for a session: SESSION/shareable.log, "
-            "recorded in its manifest.", folder=False)
+@out_option("Write the redacted log here (- for stdout). Default for a session folder: its shareable copy "
+            "beside its log, recorded in its manifest.", folder=False)
 @json_flag("Print what was removed as JSON on stdout.")
 def redact_command(source: str, out: Path | None, as_json: bool) -> None:
     """Copy LOG without the user's prompts and the model's answers, to attach where others can read it.
