@@ -285,6 +285,8 @@ RULES: tuple[Rule, ...] = (
 BY_NAME = {r.name: r for r in RULES}
 _LINE_RULES = tuple(r for r in RULES if not r.every)
 _EVERY_RULES = tuple(r for r in RULES if r.every)
+# One search for every anchor: most lines of a debug log hold none, and skip the table at that cost
+_ANY_ANCHOR = re.compile(b"|".join(re.escape(a) for a in sorted({r.anchor for r in RULES}, key=len, reverse=True)))
 
 # Where free text that followed a message ends: the next log line (llama.cpp's prefix, a server component
 # or a function name before its message, a date).
@@ -333,12 +335,29 @@ class Redactor:
         if self._overlong:
             head = head[head.find(b"\n") :]  # the rest of a cut line goes, its line break stays
             self._overlong = False
-        lines = (self._carry + head).split(b"\n")
-        self._carry = b""
-        lines.pop()  # head ends with a line break
-        out = b"\n".join(self._line(line) for line in lines) + b"\n"
+        block, self._carry = self._carry + head, b""
+        out = self._block(block)
         self._keep(tail)
         return out
+
+    def _block(self, block: bytes) -> bytes:
+        """Whole lines: those holding no rule's anchor (most of a debug log) are copied as they are, in bulk."""
+        out: list[bytes] = []
+        pos, n = 0, len(block)
+        while pos < n:
+            if self._follow is None:
+                m = _ANY_ANCHOR.search(block, pos)
+                start = n if m is None else block.rfind(b"\n", pos, m.start()) + 1 or pos
+                if start > pos:
+                    self.summary.lines += block.count(b"\n", pos, start)
+                    out.append(block[pos:start])
+                    pos = start
+                if m is None:
+                    break
+            end = block.index(b"\n", pos)
+            out.append(self._line(block[pos:end]) + b"\n")
+            pos = end + 1
+        return b"".join(out)
 
     def close(self) -> bytes:
         """The last line, which had no line break."""
@@ -376,6 +395,8 @@ class Redactor:
                 if out != body:
                     self._count(rule)
                 return out
+        if _ANY_ANCHOR.search(body) is None:
+            return body
         for rule in _LINE_RULES:
             if rule.anchor in body and (m := rule.regex.search(body)) is not None:
                 out = body[: m.start()] + rule.replace(m) + body[m.end() :]
