@@ -186,6 +186,7 @@ class CaptureScreen:
 def redact_outcome(outcome: Outcome) -> None:
     """--redact: the session's log redacted into its shareable copy, the manifest saying so (the outcome's
     copy of it too). A copy that cannot be written is said in one line; the capture stands as it is."""
+    import analyze
     from analyze.redact import redact_session
     from capture.session import read_manifest
 
@@ -193,8 +194,9 @@ def redact_outcome(outcome: Outcome) -> None:
         return
     try:
         redact_session(outcome.session)
-    except OSError as exc:
-        click.echo(f"kvtrace: error: could not write the redacted log: {exc.strerror or exc}", err=True)
+    except (OSError, analyze.InputError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        click.echo(f"kvtrace: error: could not write the redacted log: {why}", err=True)
         return
     outcome.manifest = read_manifest(outcome.session)
 

@@ -82,8 +82,8 @@ def redact_command(source: str, out: Path | None, as_json: bool) -> None:
             dest = str(out)
     except analyze.InputError as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(f"{exc.filename or out}: cannot write: {exc.strerror or exc}")
+    except OSError as exc:  # the output's folder missing or read-only, a full disk
+        fail(f"{out if out is not None and not to_stdout else exc.filename}: cannot write: {exc.strerror or exc}")
     for line in summary_lines(summary, dest):
         click.echo(line, err=True)
     if as_json:
