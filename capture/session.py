@@ -32,7 +32,8 @@ CHUNKS = "chunks.parquet"
 CHUNKS_JOURNAL = "chunks.journal"  # what a capture writes as chunks arrive; chunks.parquet at the end
 SCENARIO = "scenario.json"  # a scenario run: the scenario and how it went
 VERDICT = "verdict.json"  # `kvtrace parse` of a session: the verdict, beside the tables (table_file)
-FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT)
+SHAREABLE = "shareable.log"  # `kvtrace redact` / `--redact`: raw.log without the prompts and answers
+FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE)
 JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
 
 # The manifest keys read by something other than the capture that wrote them (the reader, the live view,
@@ -46,6 +47,8 @@ KEY_HOST = "host"  # host_info()
 KEY_COMMAND_LINE = "effective_command_line"  # the program's command line (secrets redacted)
 KEY_PROGRAM = "program"  # the captured program: pid, returncode, signal
 KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed, triage
+KEY_PING_CONFIG = "ping_config"  # --ping's settings, its prompt among them
+KEY_REDACTED = "redacted"  # the redacted copy of the log (SHAREABLE): which file, what was removed
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -84,11 +87,12 @@ def table_file(table: str) -> str:
 
 
 def folder_of(path: Path) -> Path | None:
-    """The session folder a path names: the folder itself, or the one a raw.log lies in; else None."""
+    """The session folder a path names: the folder itself, or the one its raw.log (or the redacted copy of
+    it, SHAREABLE) lies in; else None."""
     path = Path(path)
     if path.is_dir():
         return path
-    return path.parent if path.name == RAW_LOG else None
+    return path.parent if path.name in (RAW_LOG, SHAREABLE) else None
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

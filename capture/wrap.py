@@ -24,7 +24,16 @@ from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
 from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
-from capture.session import KEY_COMMAND_LINE, KEY_PROGRAM, RAW_LOG, REQUESTS, Session, is_session, new_session
+from capture.session import (
+    KEY_COMMAND_LINE,
+    KEY_PING_CONFIG,
+    KEY_PROGRAM,
+    RAW_LOG,
+    REQUESTS,
+    Session,
+    is_session,
+    new_session,
+)
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -206,7 +215,7 @@ def run_wrapped(
     ping_cfg = None
     if opts.ping.n > 0:
         ping_cfg = PingConfig(opts.ping, host, port, llama_args.api_key(prep.argv, prep.env))
-        manifest["ping_config"] = ping_cfg.manifest()
+        manifest[KEY_PING_CONFIG] = ping_cfg.manifest()
     manifest.update(manifest_extra or {})
     session.write_manifest(manifest)
 

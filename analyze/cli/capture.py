@@ -12,6 +12,7 @@ import click
 
 from analyze.cli.engine import engine_cmd
 from analyze.cli.options import F, fail, json_flag, session_out_option
+from capture.session import KEY_REDACTED
 
 if TYPE_CHECKING:
     from analyze.dashboard.launch import Dashboard
@@ -49,6 +50,8 @@ def capture_options(f: F) -> F:
         click.option("--timeout", "timeout_s", type=float, help="Stop after this many seconds."),
         click.option("--dashboard", is_flag=True, help="Open the dashboard on the session being written (its "
                      "URL is printed): it follows the capture live and stops when the capture ends."),
+        click.option("--redact", is_flag=True, help="At the end, also write SESSION/shareable.log: the log "
+                     "without your prompts and the model's answers (kvtrace redact), to attach to a bug report."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -109,7 +112,15 @@ def outcome_lines(outcome: Outcome) -> list[str]:
             "the log came faster than it could be parsed"
         lines.append(f"kvtrace: the live summary covers {parsed / 1e6:,.1f} of {outcome.bytes / 1e6:,.1f} MB "
                      f"({why}); {session.raw_log.name} is complete")
-    if outcome.has_triage:
+    redacted = outcome.manifest.get(KEY_REDACTED)
+    if isinstance(redacted, dict):
+        shareable = session.path / str(redacted.get("log"))
+        lines.append(f"kvtrace: redacted: {redacted.get('changed_lines', 0):,} of {redacted.get('lines', 0):,} lines "
+                     f"in {shareable} (prompts and answers removed; {session.raw_log.name} still holds them)")
+        if outcome.has_triage:
+            lines.append(f"kvtrace: attach {shareable.name} and {session.manifest_path.name} from {session.path} "
+                         f"to a bug report; next: kvtrace triage {shareable}")
+    elif outcome.has_triage:
         lines.append(f"kvtrace: attach {session.raw_log.name} and {session.manifest_path.name} from {session.path} "
                      f"to a bug report; next: kvtrace triage {session.raw_log}")
     return lines
@@ -128,6 +139,7 @@ def outcome_summary(outcome: Outcome) -> dict[str, Any]:
         "startup_lines": outcome.startup_lines,
         "live": outcome.manifest.get("live"),
         "ping": outcome.manifest.get("ping"),
+        "redacted": outcome.manifest.get(KEY_REDACTED),
     }
 
 
@@ -145,6 +157,7 @@ class CaptureScreen:
     def __init__(self, kw: dict[str, Any]) -> None:
         self.quiet: bool = kw.pop("quiet")
         self.as_json: bool = kw.pop("as_json")
+        self.redact: bool = kw.pop("redact")
         self.live = LiveDashboard(kw.pop("dashboard"))
 
     def terminal(self) -> Terminal:
@@ -162,10 +175,30 @@ class CaptureScreen:
                 outcome = capture(self.terminal())
             except (UsageError, ConfigError) as exc:
                 fail(f"error: {exc}")
+            if self.redact:
+                redact_outcome(outcome)
             report_outcome(outcome, as_json=self.as_json)
         finally:
             self.live.close()  # last, so its line says where to look again
         sys.exit(outcome.exit_code)
+
+
+def redact_outcome(outcome: Outcome) -> None:
+    """--redact: the session's log redacted into its shareable copy, the manifest saying so (the outcome's
+    copy of it too). A copy that cannot be written is said in one line; the capture stands as it is."""
+    import analyze
+    from analyze.redact import redact_session
+    from capture.session import read_manifest
+
+    if outcome.session is None:
+        return
+    try:
+        redact_session(outcome.session)
+    except (OSError, analyze.InputError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        click.echo(f"kvtrace: error: could not write the redacted log: {why}", err=True)
+        return
+    outcome.manifest = read_manifest(outcome.session)
 
 
 def run_options(f: F) -> F:
