@@ -508,7 +508,8 @@ def github_comment(result: ParseResult) -> str:
     out += ["**What is missing** for this kind of failure (checked: the thread has it):",
             "\n".join(f"- [{'x' if have else ' '}] {what}" for have, what in items)
             + "\n- [ ] a rerun captured with kvtrace, which keeps all of the above in one log"
-            + (" (`config.yaml`: the llama-swap config in the thread):" if " llama-swap " in rerun else ":"),
+            + (" (`config.yaml`: the llama-swap config in the thread):" if " llama-swap " in rerun
+               else " (`MODEL.gguf`: your model; add every flag the report does not show):"),
             fence([rerun], "sh")]
     links = result.thread.links() if result.thread is not None else []
     if links:

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def source_of(name: str) -> str:
     return source[source.index("https://"):].rstrip(")")
 
 
-def gh_json(body: str, comments: list[tuple[str, str]] = (), title: str = "a report") -> bytes:  # type: ignore[assignment]
+def gh_json(body: str, comments: Sequence[tuple[str, str]] = (), title: str = "a report") -> bytes:
     """`gh issue view N --json title,body,comments` output (gh's field names)."""
     return json.dumps({"body": body, "comments": [
         {"author": {"login": login}, "authorAssociation": "NONE", "body": text, "createdAt": "2026-01-01T00:00:00Z",
