@@ -492,7 +492,7 @@ def github_comment(result: ParseResult) -> str:
         if v.last_pos is not None:
             xy += f" (Y must be {_num(int(v.last_pos) + 1)})"
         lines.append(xy + f", {v.n_position_errors} position error{'s' if v.n_position_errors != 1 else ''}")
-    out.append("  \n".join(lines))
+    out.append("\\\n".join(lines))  # a backslash at a line's end: a line break (CommonMark)
     summary = plain_summary(v)
     if summary:
         out.append(gh_text(summary))

@@ -32,8 +32,8 @@ GOLDEN = """<!-- kvtrace:triage -->
 
 ### kvtrace triage: inconsistent\\_positions
 
-**Verdict:** inconsistent\\_positions, failing side: **drafter**, sequence 0  
-**Signature:** `stale_drafter_kv` (Stale drafter KV cache)  
+**Verdict:** inconsistent\\_positions, failing side: **drafter**, sequence 0\\
+**Signature:** `stale_drafter_kv` (Stale drafter KV cache)\\
 **Positions:** X = 587, Y = 641 (Y must be 588), 3 position errors
 
 The drafter's KV cache is stale: it stayed at X = 587 while 3 draft batches arrived at the target's position, Y = 641 to 643 (Y must be X + 1).
