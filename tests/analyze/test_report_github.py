@@ -153,6 +153,10 @@ def test_hostile_thread_stays_inside_its_fences() -> None:
     assert rerun == ("kvtrace capture run --until-error -- llama-server -m MODEL.gguf --spec-draft-model "
                      "'@maint`ai.gguf' --spec-type 'dflash`'")
     assert f"\n```sh\n{rerun}\n```\n" in comment  # a single backtick cannot close a fence of three
+    # the evidence in a comment whose author's login is hostile too: named, escaped, never a mention
+    comment = comment_of(gh_json("no log here", [("evil<b>@x", HOSTILE_BODY)]))
+    assert_safe(comment)
+    assert "**Evidence** from [comment 1 by @&#8203;evil\\<b\\>@&#8203;x](https://github.com/o/r/issues/1#issuecomment-1)" in comment
 
 
 def test_five_megabyte_body_gives_a_comment_within_the_limit() -> None:
