@@ -26,9 +26,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/kvtrace demo
 
+# the sample workflow too: actionlint (syntax, expressions) and zizmor (injection, permissions, triggers), offline
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/actionlint samples/github/*.yml
+	$(BIN)/zizmor --offline --persona=pedantic samples/github/*.yml
 
 # --durations: the slowest tests named in every run's output, so a test that grows slow is seen
 test: lint server browser core-smoke

@@ -27,6 +27,7 @@ from analyze.source import (
     resolve_path,
 )
 from analyze.tables import build_all
+from analyze.thread import Thread
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
 from capture.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
@@ -45,6 +46,7 @@ class ParseResult:
     source: str = ""
     warnings: list[str] = field(default_factory=list)
     truncated: bool = False  # the input was read only in part (its warnings say why)
+    thread: Thread | None = None  # the input was a GitHub thread's JSON: which lines came from which part
     # derived tables computed once per result (positions per sequence and axis): the dashboard, the report and
     # the overview ask for the same ones several times in one page run
     derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -135,11 +137,16 @@ class StreamParser:
         return _result(self.walker, self.name, self.n_bytes, self.warnings)
 
 
-def _result(w: Walker, name: str, n_bytes: int, warnings: list[str], truncated: bool = False) -> ParseResult:
+def _result(w: Walker, name: str, n_bytes: int, warnings: list[str], truncated: bool = False,
+            thread: Thread | None = None) -> ParseResult:
     t = build_all(w, name, n_bytes, warnings)
     verdict = decide(t["errors"], t["events"], t["meta"], int(t["batches"].batch.nunique()), name,
                      truncated=truncated)
-    return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings, truncated)
+    if thread is not None:  # the deciding line first: the part it was pasted in is where the evidence is from
+        lines = [verdict.component_evidence] if verdict.component_evidence is not None else []
+        verdict.thread = thread.describe(lines + [int(e["line"]) for e in verdict.evidence])
+    return ParseResult(t["batches"], t["kv"], t["errors"], t["events"], t["meta"], verdict, name, warnings, truncated,
+                       thread)
 
 
 def parse(source: Source, *, name: str | None = None, progress: bool = False, jobs: int = 1,
@@ -150,7 +157,8 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     temporary file first), with the same tables as a serial read; `piece_bytes` forces its pieces' size
     (tests cut small logs into many pieces)."""
     opened = open_source(source, name)
-    if (jobs > 1 or piece_bytes) and isinstance(source, str | os.PathLike) and str(source) != "-":
+    if ((jobs > 1 or piece_bytes) and opened.thread is None and isinstance(source, str | os.PathLike)
+            and str(source) != "-"):
         from analyze.split import split_walk
 
         with contextlib.ExitStack() as stack:
@@ -191,7 +199,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     walker.close()
     _manifest_flags(source, walker)
     size = opened.size if opened.size is not None else n_bytes
-    return _result(walker, opened.name, size, opened.warnings, opened.truncated)
+    return _result(walker, opened.name, size, opened.warnings, opened.truncated, opened.thread)
 
 
 def _unpack(opened: Opened, path: Path) -> None:

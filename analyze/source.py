@@ -13,10 +13,13 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from analyze.normalize import clean_chunk, decode
 from capture.session import RAW_LOG, log_of
+
+if TYPE_CHECKING:
+    from analyze.thread import Thread
 
 CHUNK = 64 << 10  # small enough to stay in cache: 4 MB chunks cost a third more on page faults alone
 MAX_LINE = 1 << 20  # longer lines are cut here: no llama.cpp line is anywhere near this long
@@ -36,6 +39,7 @@ class Opened:
     raw: BinaryIO  # the underlying file, whose position tracks progress through a .gz
     warnings: list[str] = field(default_factory=list)
     truncated: bool = False  # only part of the input could be read (a .gz cut short, a read error, a shrunk file)
+    thread: Thread | None = None  # a GitHub thread's JSON: `stream` is then its parts' text (analyze/thread.py)
 
     def read_in_part(self, what: str) -> None:
         """The input stopped early: say so once per cause and keep what was read."""
@@ -81,7 +85,55 @@ def _maybe_gzip(opened: Opened) -> Opened:
         stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, stream)))
     head = cast(io.BufferedReader, stream).peek(2)[:2]
     opened.stream = cast(BinaryIO, GzipReader(stream, opened)) if head == b"\x1f\x8b" else stream
+    return _maybe_thread(opened)
+
+
+def _maybe_thread(opened: Opened) -> Opened:
+    """A GitHub thread's JSON (by content) is read as its parts' text; any other input is left as it is.
+    (A gzip is not looked into: its reader keeps what a truncation left, and a thread is never that big.)"""
+    from analyze.thread import MAX_THREAD, looks_like_json, read_thread
+
+    stream = opened.stream
+    if isinstance(stream, GzipReader) or not looks_like_json(cast(io.BufferedReader, stream).peek(64)[:64]):
+        return opened
+    data = stream.read(MAX_THREAD + 1)
+    thread = read_thread(data) if len(data) <= MAX_THREAD else None
+    if thread is None:  # JSON of another kind, or too big to be a thread: its bytes are the log
+        opened.stream = cast(BinaryIO, io.BufferedReader(_Chain(data, stream)))
+        return opened
+    text = thread.text().encode("utf-8")
+    if stream is not sys.stdin.buffer:
+        stream.close()
+    opened.stream = opened.raw = io.BytesIO(text)
+    opened.size = len(text)
+    opened.thread = thread
     return opened
+
+
+class _Chain(io.RawIOBase):
+    """Bytes already read, then the rest of the stream they came from."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if self._rest is not sys.stdin.buffer:
+            self._rest.close()
+        super().close()
 
 
 class GzipReader(io.RawIOBase):

@@ -40,6 +40,9 @@ class Verdict:
     source: str = ""
     component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
     truncated: bool = False  # the input was read only in part: what is missing may hold more
+    # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
+    # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
+    thread: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

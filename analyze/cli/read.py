@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -93,10 +93,21 @@ def format_verdict(v: Verdict) -> str:
         lines.append(f"  drafts:   {v.acceptance['accepted']}/{v.acceptance['generated']} accepted"
                      + (f" ({rate:.1%})" if rate is not None else ""))
     lines.append(f"  {v.summary}")
+    if v.thread is not None:
+        lines += thread_lines(v.thread)
     if v.evidence:
         lines.append("  evidence:")
         lines.extend(f"    {e['line']:>7}  {e['text'][:160]}" for e in v.evidence)
     return "\n".join(lines)
+
+
+def thread_lines(thread: dict[str, Any]) -> list[str]:
+    """Where a GitHub thread's evidence was pasted, and the logs it only links to."""
+    n = len(thread["parts"])
+    out = [f"  thread:   GitHub issue, {n} part{'s' if n != 1 else ''} (body and comments); evidence from: "
+           f"{thread['evidence_from'] or 'none of them'}"]
+    out += [f"  not fetched: {url}" for url in thread["not_fetched"]]
+    return out
 
 
 @click.command("triage")

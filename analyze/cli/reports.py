@@ -23,8 +23,10 @@ def _write(text: str, out: Path | None) -> None:
 
 @click.command("report")
 @click.argument("source", metavar="SOURCE")
-@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
-              help="Markdown (paste into a GitHub comment) or a standalone HTML page.")
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "github"]), default="md", show_default=True,
+              help="Markdown (paste into a GitHub comment), a standalone HTML page, or github: the comment a "
+                   "workflow posts on an issue (a marker to find it again, what the report is missing, at most "
+                   "65,536 characters).")
 @out_option("Write here instead of stdout.", folder=False)
 @progress_option
 def report_command(source: str, fmt: str, out: Path | None, progress: bool | None) -> None:
@@ -39,12 +41,17 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
       kvtrace report server.log > comment.md
       kvtrace report sessions/20261130-101500-engine-stale-drafter --format html -o report.html
       pbpaste | kvtrace report -
+      gh issue view 28 --json title,body,comments | kvtrace report - --format github
+      kvtrace report "$GITHUB_EVENT_PATH" --format github -o comment.md
     """
-    from analyze.views.report import html_report, markdown_report
+    from analyze.views.report import github_comment, html_report, markdown_report
 
     result = parse_or_fail(source, progress)
     # a session folder is named by the folder (its log is always raw.log); never by the full path
     name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
+    if fmt == "github":
+        _write(github_comment(result), out)
+        return
     _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
 
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-UPLOAD_TYPES = ["log", "txt", "gz", "md"]
+UPLOAD_TYPES = ["log", "txt", "gz", "md", "json"]  # json: a GitHub thread (gh, REST or an event)
 TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
 RAW_CONTEXT = 20  # lines either side of the chosen one
 LIVE_INTERVAL_S = 1.0  # a followed log's charts and counters update this often
@@ -198,7 +198,8 @@ def gather_sources() -> tuple[list[Source], list[str]]:
             st.sidebar.code(got.path or "", language=None)
     limit = int(st.get_option("server.maxUploadSize"))
     uploads = st.sidebar.file_uploader(
-        "Upload logs (.log, .txt, .gz, or a bug report as .md)", type=UPLOAD_TYPES, accept_multiple_files=True,
+        "Upload logs (.log, .txt, .gz, a bug report as .md, a GitHub thread as .json)",
+        type=UPLOAD_TYPES, accept_multiple_files=True,
         help=f"Up to {limit} MB per file. Bigger logs: run kvtrace dashboard PATH on the machine that has them.",
     )  # fmt: skip
     st.sidebar.caption(

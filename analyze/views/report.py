@@ -26,6 +26,7 @@ from analyze.signatures import SignatureMatch, match_signature, plain_summary
 
 if TYPE_CHECKING:
     from analyze.parser import ParseResult
+    from analyze.thread import Part
     from analyze.verdict import Verdict
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
@@ -213,12 +214,17 @@ def _position_table(rows: list[dict[str, Any]]) -> Table:
                   for r in rows])
 
 
-def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
+def _evidence_by_line(verdict: Verdict, sig: SignatureMatch) -> dict[int, str]:
     by_line: dict[int, str] = {}
     for e in list(verdict.evidence or []):
         by_line.setdefault(int(e.get("line", 0)), str(e.get("text", "")))
     for n, text in sig.match.evidence:
         by_line.setdefault(int(n), text)
+    return dict(sorted(by_line.items()))
+
+
+def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
+    by_line = _evidence_by_line(verdict, sig)
     if not by_line:
         return []
     width = max(len(str(n)) for n in by_line)
@@ -385,3 +391,134 @@ def html_report(result: ParseResult, *, name: str | None = None) -> str:
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
+
+
+# ---- the GitHub comment -------------------------------------------------------------------------------
+# What a workflow posts on an issue (samples/github/): GitHub Markdown, found again by its marker, never
+# longer than GitHub allows. Log text sits in fences only; prose from the log is escaped and cannot mention.
+
+GITHUB_MARKER = "<!-- kvtrace:triage -->"
+GITHUB_LIMIT = 65_536  # characters in one comment body
+EVIDENCE_WIDTH = 300  # characters kept of one evidence line
+EVIDENCE_MAX = 24  # evidence lines shown
+LINKS_MAX = 20  # linked logs listed
+_COMMENT_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/issues/\d+#issuecomment-\d+")
+_FAILURE_KINDS = frozenset({"inconsistent_positions", "decode_failed", "kv_slot"})
+
+
+def gh_text(text: str) -> str:
+    """Text from a log or a thread as GitHub prose: Markdown escaped, and `@name` never a mention."""
+    return escape(text).replace("@", "@&#8203;")
+
+
+def rerun_line(result: ParseResult) -> str:
+    """The `kvtrace capture` command to rerun with, built from what the report shows of its command: a
+    pasted llama-swap config's model under `capture llama-swap`, else the flags the log printed under
+    `capture run` (the model, which the flags table does not keep, as a placeholder)."""
+    import shlex
+
+    model = result.thread.llama_swap_model() if result.thread is not None else None
+    if model is not None:
+        return f"kvtrace capture llama-swap config.yaml {shlex.quote(model)} --ping 3 --until-error"
+    words = ["kvtrace", "capture", "run", "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
+    for flag, value in (result.meta.get("flags") or {}).items():
+        words += [flag] if value is True else [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, str]]:
+    """The checklist of what a report of this kind of failure needs: (present in the thread, item)."""
+    meta, env, kind = result.meta or {}, sig.env, result.verdict.kind
+    flags = meta.get("flags") or {}
+    speculative = bool(meta.get("speculative"))
+    started = bool(meta.get("contexts")) and (not speculative or bool(meta.get("spec_impls")))
+    dflash_lines = bool((result.events["kind"] == "dflash").any()) if len(result.events) else False
+    debug = ["LLAMA_BATCH_DEBUG=1", "LLAMA_KV_CACHE_DEBUG=1"] + (["GGML_DFLASH_DEBUG=1"] if env.dflash else [])
+    items = [
+        (bool(env.build), "the version line (`llama-server --version`)"),
+        (bool(flags) and any(f in flags for f in ("--spec-type", "--spec-draft-model", "--model-draft", "-md"))
+         or (not speculative and bool(flags)), "the full command, every flag as it was run"),
+        (started, "the start-up log through the speculative init (model loads, contexts, "
+                  "`common_speculative_init`)"),
+    ]
+    if kind in _FAILURE_KINDS or kind == "no_log":
+        have = env.batch_debug and env.kv_cache_debug and (not env.dflash or dflash_lines)
+        items.append((have, "the debug lines: rerun with `" + " ".join(debug) + "`"))
+    items.append((bool(meta.get("gpus")), "the device list (`ggml_cuda_init: found ... devices` or "
+                                          "`--list-devices`)"))
+    return items
+
+
+def _part_name(part: Part) -> str:
+    """`the issue body`, or `comment 3 by @&#8203;login` (linked when its URL is a GitHub comment's)."""
+    if part.label == "body":
+        return "the issue body"
+    name = part.label + (f" by {gh_text('@' + part.author)}" if part.author else "")
+    return f"[{name}]({part.url})" if _COMMENT_URL.fullmatch(part.url) else name
+
+
+def _evidence_blocks(result: ParseResult, sig: SignatureMatch) -> list[str]:
+    by_line = list(_evidence_by_line(result.verdict, sig).items())[:EVIDENCE_MAX]
+    groups: list[tuple[str, list[tuple[int, str]]]] = []
+    for n, text in by_line:
+        hit = result.thread.part_of(n) if result.thread is not None else None
+        where, k = (_part_name(hit[0]), hit[1]) if hit is not None else ("the log", n)
+        cut = text if len(text) <= EVIDENCE_WIDTH else text[:EVIDENCE_WIDTH] + " [cut]"
+        if not groups or groups[-1][0] != where:
+            groups.append((where, []))
+        groups[-1][1].append((k, cut))
+    out = []
+    for where, rows in groups:
+        width = max(len(str(k)) for k, _ in rows)
+        out += [f"**Evidence** from {where} (its line numbers):",
+                fence([f"{str(k).rjust(width)} | {t}" for k, t in rows])]
+    return out
+
+
+def github_comment(result: ParseResult) -> str:
+    """The triage as a GitHub comment: the marker first, verdict, signature, X/Y, evidence, next steps, and
+    what the report is missing for this kind of failure with the capture line to rerun with. At most
+    GITHUB_LIMIT characters, whatever the size of the thread: every piece of it is bounded."""
+    v = result.verdict
+    sig = match_signature(result)
+    side = (v.component or "unknown") if len(result.errors) else "none"
+    out = [GITHUB_MARKER, f"### kvtrace triage: {escape(v.kind)}"]
+    verdict = f"**Verdict:** {escape(v.kind)}, failing side: **{escape(side)}**"
+    if v.seq_id is not None:
+        verdict += f", sequence {_num(v.seq_id)}"
+    lines = [verdict, f"**Signature:** `{sig.name}` ({escape(sig.signature.title)})"]
+    if v.last_pos is not None or v.batch_start is not None:
+        xy = f"**Positions:** X = {_num(v.last_pos)}, Y = {_num(v.batch_start)}"
+        if v.last_pos is not None:
+            xy += f" (Y must be {_num(int(v.last_pos) + 1)})"
+        lines.append(xy + f", {v.n_position_errors} position error{'s' if v.n_position_errors != 1 else ''}")
+    out.append("\\\n".join(lines))  # a backslash at a line's end: a line break (CommonMark)
+    summary = plain_summary(v)
+    if summary:
+        out.append(gh_text(summary))
+    if result.truncated:
+        out.append(f"**Read in part:** {READ_IN_PART}")
+    out += _evidence_blocks(result, sig)
+    explanation, steps = what_to_do(result, sig)
+    out.append(explanation.replace("@", "@&#8203;"))
+    if steps:
+        out += ["**Next steps:**", "\n".join(f"- {step}" for step in steps)]
+    items = missing_items(result, sig)
+    rerun = rerun_line(result)
+    out += ["**What is missing** for this kind of failure (checked: the thread has it):",
+            "\n".join(f"- [{'x' if have else ' '}] {what}" for have, what in items)
+            + "\n- [ ] a rerun captured with kvtrace, which keeps all of the above in one log"
+            + (" (`config.yaml`: the llama-swap config in the thread):" if " llama-swap " in rerun
+               else " (`MODEL.gguf`: your model; add every flag the report does not show):"),
+            fence([rerun], "sh")]
+    links = result.thread.links() if result.thread is not None else []
+    if links:
+        shown = [u if len(u) <= 200 else u[:200] + " [cut]" for u in links[:LINKS_MAX]]
+        more = f" ({len(links) - LINKS_MAX} more)" if len(links) > LINKS_MAX else ""
+        out += [f"**Linked logs, not fetched{more}** (kvtrace reads only what is pasted in the thread):",
+                fence(shown)]
+    out.append("<sub>kvtrace edits this comment when the thread changes.</sub>")
+    text = "\n\n".join(out) + "\n"
+    if len(text) > GITHUB_LIMIT:  # cannot happen with the bounds above; a comment GitHub refuses helps no one
+        text = "\n\n".join([GITHUB_MARKER, out[1], out[2], "(the full triage is longer than a comment)"]) + "\n"
+    return text

@@ -1,0 +1,193 @@
+"""A GitHub thread as input: `gh issue view N --json title,body,comments`, the REST API's issue object or list
+of comments (or both in one array, `jq -s`), and an Actions `issues` / `issue_comment` event payload.
+
+Recognised by content, never by file name. The body and each comment are separate pastes of one thread: they
+are read one after another as one text, a blank line between them, and `Thread.parts` says which lines came
+from which. The title is not read (a title quotes the error, not the log). Logs attached as links are listed
+as not fetched: nothing is ever fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# A thread held in memory to be decoded as a whole; a bigger JSON input is read as text.
+MAX_THREAD = 64 << 20
+
+# A link in a body: a log attached to the thread (GitHub's uploads, gists, .log/.txt files).
+_URL = re.compile(r"https?://[^\s<>()\[\]{}\"'`|\\]+")
+# A llama-swap config pasted in a part: a model's key, then (its keys between) its `cmd:`.
+_SWAP_MODEL = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<model>[\w.:+-]+):[ \t]*\n(?:(?P=indent)[ \t]+\S.*\n)*?(?P=indent)[ \t]+cmd:", re.MULTILINE)
+_ATTACHED = re.compile(
+    r"https?://(?:github\.com/user-attachments/files/|gist\.github\.com/|gist\.githubusercontent\.com/)"
+    r"|\.(?:log|txt)(?:\.gz)?(?:[?#].*)?$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One paste of the thread: the issue's body or one comment."""
+
+    label: str  # "body", "comment 3" (its place in the thread), or "comment" (an event's, place unknown)
+    author: str  # the login, "" when the JSON does not say
+    url: str
+    text: str
+
+    def where(self) -> str:
+        """`body`, or `comment 3 by @login at URL`: where a line of the thread was pasted."""
+        if self.label == "body":
+            return "body"
+        by = f" by @{self.author}" if self.author else ""
+        at = f" at {self.url}" if self.url else ""
+        return f"{self.label}{by}{at}"
+
+
+@dataclass(slots=True)
+class Thread:
+    shape: str  # gh, rest, rest-comments, event
+    title: str
+    url: str
+    parts: list[Part]
+    first_lines: list[int] = field(default_factory=list)  # the first line of each part in `text()`
+    last_lines: list[int] = field(default_factory=list)  # and its last (the blank line after it not counted)
+
+    def text(self) -> str:
+        """Every part, in order, one blank line between them; fills `first_lines`."""
+        out: list[str] = []
+        self.first_lines, self.last_lines = [], []
+        line = 1
+        for part in self.parts:
+            body = part.text.replace("\r\n", "\n").replace("\r", "\n")
+            if body and not body.endswith("\n"):
+                body += "\n"
+            self.first_lines.append(line)
+            self.last_lines.append(max(line, line + body.count("\n") - 1))
+            out.append(body + "\n")
+            line += body.count("\n") + 1
+        return "".join(out)
+
+    def part_of(self, line: int) -> tuple[Part, int] | None:
+        """The part a line of `text()` belongs to, and the line's number inside that part."""
+        found = None
+        for part, first in zip(self.parts, self.first_lines, strict=True):
+            if line >= first:
+                found = (part, line - first + 1)
+        return found
+
+    def links(self) -> list[str]:
+        """Logs the thread links to rather than pastes, in order, each once."""
+        seen: dict[str, None] = {}
+        for part in self.parts:
+            for m in _URL.finditer(part.text):
+                url = m.group(0).rstrip(".,;:!?*_~")
+                if _ATTACHED.search(url):
+                    seen.setdefault(url, None)
+        return list(seen)
+
+    def llama_swap_model(self) -> str | None:
+        """The model of a llama-swap config pasted in the thread (the first one whose entry has a `cmd:`)."""
+        for part in self.parts:
+            m = _SWAP_MODEL.search(part.text.replace("\r\n", "\n"))
+            if m is not None and m["model"] not in ("models", "groups", "macros"):
+                return m["model"]
+        return None
+
+    def describe(self, lines: list[int]) -> dict[str, Any]:
+        """The thread as the verdict states it: its parts and line ranges, where `lines` (the deciding line
+        first) were pasted, and the links not fetched."""
+        if not self.first_lines:
+            self.text()
+        parts = [{"part": p.label, "author": p.author, "url": p.url, "first_line": first, "last_line": end}
+                 for p, first, end in zip(self.parts, self.first_lines, self.last_lines, strict=True)]
+        hit = next((found for n in lines if (found := self.part_of(n)) is not None), None)
+        return {"shape": self.shape, "title": self.title, "url": self.url, "parts": parts,
+                "evidence_from": hit[0].where() if hit is not None else None, "not_fetched": self.links()}
+
+
+def _login(obj: dict[str, Any], key: str) -> str:
+    who = obj.get(key)
+    return str(who.get("login") or "") if isinstance(who, dict) else ""
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _is_issue(obj: Any) -> bool:
+    return isinstance(obj, dict) and "body" in obj and "title" in obj
+
+
+def _is_comment(obj: Any) -> bool:
+    return isinstance(obj, dict) and "body" in obj and "title" not in obj
+
+
+def _comment(obj: dict[str, Any], label: str) -> Part:
+    """A comment in gh's shape (`author`, `url`) or the REST API's (`user`, `html_url`)."""
+    author = _login(obj, "author") or _login(obj, "user")
+    url = _text(obj.get("html_url")) or _text(obj.get("url"))
+    if "api.github.com" in url:  # a REST comment's `url` is the API's; its page is html_url
+        url = ""
+    return Part(label, author, url, _text(obj.get("body")))
+
+
+def _issue(obj: dict[str, Any]) -> tuple[Part, list[Part]]:
+    """An issue object and the comments it carries (gh's `comments` array; the REST API's is a count)."""
+    body = Part("body", _login(obj, "author") or _login(obj, "user"), _text(obj.get("html_url")),
+                _text(obj.get("body")))
+    listed = obj.get("comments")
+    comments = [c for c in listed if _is_comment(c)] if isinstance(listed, list) else []
+    return body, [_comment(c, f"comment {i}") for i, c in enumerate(comments, 1)]
+
+
+def thread_of(doc: Any) -> Thread | None:
+    """The thread a decoded JSON document holds, or None when it is not one of the shapes above."""
+    if isinstance(doc, dict) and isinstance(doc.get("issue"), dict) and _is_issue(doc["issue"]):
+        issue = doc["issue"]
+        body, _ = _issue(issue)
+        posted = [body]
+        if isinstance(doc.get("comment"), dict) and _is_comment(doc["comment"]):
+            posted.append(_comment(doc["comment"], "comment"))
+        return Thread("event", _text(issue.get("title")), _text(issue.get("html_url")), posted)
+    if _is_issue(doc):
+        body, comments = _issue(doc)
+        shape = "gh" if isinstance(doc.get("comments"), list) or "html_url" not in doc else "rest"
+        return Thread(shape, _text(doc.get("title")), _text(doc.get("html_url")), [body, *comments])
+    if isinstance(doc, list) and doc:
+        items: list[Any] = []
+        for item in doc:  # `jq -s . issue.json comments.json`: the issue, then its list of comments
+            items.extend(item if isinstance(item, list) else [item])
+        if not all(_is_issue(i) or _is_comment(i) for i in items):
+            return None
+        issues = [i for i in items if _is_issue(i)]
+        if len(issues) > 1:
+            return None
+        parts: list[Part] = []
+        title = url = ""
+        if issues:
+            body, _ = _issue(issues[0])
+            parts.append(body)
+            title, url = _text(issues[0].get("title")), _text(issues[0].get("html_url"))
+        parts += [_comment(c, f"comment {n}") for n, c in enumerate((i for i in items if not _is_issue(i)), 1)]
+        return Thread("rest" if issues else "rest-comments", title, url, parts)
+    return None
+
+
+def looks_like_json(head: bytes) -> bool:
+    """The first bytes of an input could open a JSON thread (an object or an array)."""
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+
+
+def read_thread(data: bytes) -> Thread | None:
+    """A GitHub thread from the bytes of a whole input, or None (not JSON, or JSON of another shape)."""
+    if not looks_like_json(data[:4096]):
+        return None
+    try:
+        doc = json.loads(data.removeprefix(b"\xef\xbb\xbf"))
+    except (ValueError, RecursionError):  # not JSON (a log of JSON lines, a cut-off paste): read as text
+        return None
+    return thread_of(doc)
