@@ -32,7 +32,8 @@ CHUNKS = "chunks.parquet"
 CHUNKS_JOURNAL = "chunks.journal"  # what a capture writes as chunks arrive; chunks.parquet at the end
 SCENARIO = "scenario.json"  # a scenario run: the scenario and how it went
 VERDICT = "verdict.json"  # `kvtrace parse` of a session: the verdict, beside the tables (table_file)
-FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT)
+METRICS = "metrics.parquet"  # the server's /metrics, scraped during the capture (t, name, labels, value)
+FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, METRICS)
 JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
 
 # The manifest keys read by something other than the capture that wrote them (the reader, the live view,
@@ -46,6 +47,7 @@ KEY_HOST = "host"  # host_info()
 KEY_COMMAND_LINE = "effective_command_line"  # the program's command line (secrets redacted)
 KEY_PROGRAM = "program"  # the captured program: pid, returncode, signal
 KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed, triage
+KEY_METRICS = "metrics"  # the /metrics scraper: url, scrapes, note (why it ended early); absent when not scraped
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -20,11 +20,21 @@ from capture.attach import AttachError, AttachSource
 from capture.devices import list_devices, rpc_endpoints
 from capture.gpus import query_gpus
 from capture.llamaswap import SwapModel
+from capture.metrics import MetricsScraper
 from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
 from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
-from capture.session import KEY_COMMAND_LINE, KEY_PROGRAM, RAW_LOG, REQUESTS, Session, is_session, new_session
+from capture.session import (
+    KEY_COMMAND_LINE,
+    KEY_PROGRAM,
+    METRICS,
+    RAW_LOG,
+    REQUESTS,
+    Session,
+    is_session,
+    new_session,
+)
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -44,6 +54,7 @@ class CaptureOptions:
     stop_wait_s: float = 10.0
     # Called with the session folder once it exists, before anything is captured (`--dashboard` opens it).
     on_session: Callable[[Path], None] | None = None
+    server_url: str | None = None  # `attach --server`: the running server whose /metrics to scrape
 
 
 @dataclass(slots=True)
@@ -53,6 +64,7 @@ class RunOptions(CaptureOptions):
     debug_env: dict[str, str | None] = field(default_factory=dict)  # NAME -> value, None = leave as is
     extra_env: dict[str, str] = field(default_factory=dict)
     log_flags: bool = True
+    metrics: bool = True  # add --metrics to a llama-server whose --help lists it, and scrape /metrics
 
 
 @dataclass(slots=True)
@@ -66,6 +78,7 @@ class Prepared:
     set_env: dict[str, str]  # what kvtrace set or the user set for this run
     removed_env: list[str]
     devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
+    metrics: bool = False  # the command serves /metrics (ours or the user's --metrics) and it is scraped
 
 
 def debug_environment(
@@ -109,15 +122,19 @@ def prepare(argv: list[str], opts: RunOptions) -> Prepared:
     devices = None
     if is_llama:
         version = probe([argv[0], "--version"], env)
-        help_text = probe([argv[0], "--help"], env) if opts.log_flags or rpc_endpoints(argv) else None
-        if opts.log_flags:
-            aug = llama_args.add_log_flags(argv, env, help_text if help_text and "--" in help_text else None)
-            effective, added, skipped = aug.argv, aug.added, aug.skipped
-        devices = list_devices(argv[0], argv, env, help_text if help_text and "--" in help_text else None)
+        wants_help = opts.log_flags or opts.metrics or rpc_endpoints(argv)
+        help_text = probe([argv[0], "--help"], env) if wants_help else None
+        known = help_text if help_text and "--" in help_text else None
+        aug = llama_args.add_log_flags(argv, env, known) if opts.log_flags else llama_args.Augmented(list(argv))
+        if opts.metrics:
+            aug = llama_args.add_metrics_flag(aug, env, known)
+        effective, added, skipped = aug.argv, aug.added, aug.skipped
+        devices = list_devices(argv[0], argv, env, known)
         if devices is not None and devices.get("error") and rpc_endpoints(argv):
             # llama.cpp would stop at start-up (or wait) on an RPC server it cannot reach: say so at once
             raise UsageError(str(devices["error"]))
-    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices)
+    metrics = is_llama and opts.metrics and llama_args.serves_metrics(effective, env)
+    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices, metrics)
 
 
 def _version_text(text: str | None) -> str | None:
@@ -225,6 +242,10 @@ def run_wrapped(
     pinger = None
     if ping_cfg is not None:
         pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
+    scraper = None
+    if prep.metrics:
+        scraper = MetricsScraper(llama_args.base_url(host, port), session.path / METRICS, terminal.message,
+                                 api_key=llama_args.api_key(prep.argv, prep.env), alive=child.running)
     return run_capture(
         session,
         ProgramOutput(child, start),
@@ -232,6 +253,7 @@ def run_wrapped(
         rules=_rules(opts, opts.keep_running),
         child=child,
         pinger=pinger,
+        scraper=scraper,
     )
 
 
@@ -265,6 +287,8 @@ def run_llama_swap(swap: SwapModel, opts: RunOptions, *, terminal: Terminal | No
 def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal | None = None) -> Outcome:
     """`kvtrace capture attach`: capture a log something else runs (capture.attach: a file, stdin, a stream)."""
     terminal = terminal or default_terminal()
+    if opts.server_url is not None and not opts.server_url.startswith(("http://", "https://")):
+        raise UsageError(f"--server wants the server's address, e.g. http://127.0.0.1:8080 (got {opts.server_url!r})")
     try:
         pump = source.open(terminal.message)
     except AttachError as exc:
@@ -274,4 +298,7 @@ def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal
     session.write_manifest(
         {"kind": "attach", "session": session.path.name, "attach": source.describe(), "cwd": os.getcwd()}
     )
-    return run_capture(session, pump, terminal=terminal, rules=_rules(opts))
+    scraper = None
+    if opts.server_url:
+        scraper = MetricsScraper(opts.server_url, session.path / METRICS, terminal.message)
+    return run_capture(session, pump, terminal=terminal, rules=_rules(opts), scraper=scraper)
