@@ -161,14 +161,13 @@ def serves_metrics(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     return has_flag(argv, (METRICS_FLAG,)) or (value is not None and value.strip().lower() not in _FALSE)
 
 
-def add_metrics_flag(aug: Augmented, env: Mapping[str, str], help_text: str | None) -> Augmented:
-    """Append `--metrics` when this build's --help lists it and the server does not serve /metrics already
-    (a build whose --help is unknown, or a program that is no server, is never handed it)."""
-    if help_text is None or serves_metrics(aug.argv, env) or not _lists(help_text, METRICS_FLAG):
-        return aug
-    aug.argv.append(METRICS_FLAG)
-    aug.added.append(METRICS_FLAG)
-    return aug
+def add_metrics_flag(argv: Sequence[str], env: Mapping[str, str], help_text: str | None) -> list[str]:
+    """The command line with `--metrics` appended when this build's --help lists it and the server does not
+    serve /metrics already (a build whose --help is unknown, or a program that is no server, is never handed
+    it)."""
+    if help_text is None or serves_metrics(argv, env) or not _lists(help_text, METRICS_FLAG):
+        return list(argv)
+    return [*argv, METRICS_FLAG]
 
 
 def _values(argv: Sequence[str]) -> dict[str, object]:

@@ -97,8 +97,10 @@ class MetricsScraper(threading.Thread):
                 resp = self._client.get(self.url)
             except httpx.HTTPError as exc:
                 if self.summary.scrapes:
-                    self._end(f"the server stopped answering {self.url} ({type(exc).__name__}): server counters "
-                              f"end at the last of {self.summary.scrapes} scrapes")
+                    why = "the program ended" if self.alive is not None and not self.alive() else \
+                        f"the server stopped answering ({type(exc).__name__})"
+                    self._end(f"{why}: the counters from {self.url} end at the last of {self.summary.scrapes} "
+                              "scrapes")
                 elif self.alive is not None and not self.alive():
                     self._end(f"the program ended before it answered {self.url}: no server counters")
                 return

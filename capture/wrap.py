@@ -79,6 +79,7 @@ class Prepared:
     removed_env: list[str]
     devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
     metrics: bool = False  # the command serves /metrics (ours or the user's --metrics) and it is scraped
+    metrics_added: bool = False  # kvtrace added --metrics (not among `added`: those are the log flags)
 
 
 def debug_environment(
@@ -119,6 +120,7 @@ def prepare(argv: list[str], opts: RunOptions) -> Prepared:
     added: list[str] = []
     skipped: list[str] = []
     effective = list(argv)
+    metrics_added = False
     devices = None
     if is_llama:
         version = probe([argv[0], "--version"], env)
@@ -126,15 +128,17 @@ def prepare(argv: list[str], opts: RunOptions) -> Prepared:
         help_text = probe([argv[0], "--help"], env) if wants_help else None
         known = help_text if help_text and "--" in help_text else None
         aug = llama_args.add_log_flags(argv, env, known) if opts.log_flags else llama_args.Augmented(list(argv))
-        if opts.metrics:
-            aug = llama_args.add_metrics_flag(aug, env, known)
         effective, added, skipped = aug.argv, aug.added, aug.skipped
+        if opts.metrics:
+            with_metrics = llama_args.add_metrics_flag(effective, env, known)
+            metrics_added, effective = len(with_metrics) > len(effective), with_metrics
         devices = list_devices(argv[0], argv, env, known)
         if devices is not None and devices.get("error") and rpc_endpoints(argv):
             # llama.cpp would stop at start-up (or wait) on an RPC server it cannot reach: say so at once
             raise UsageError(str(devices["error"]))
     metrics = is_llama and opts.metrics and llama_args.serves_metrics(effective, env)
-    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices, metrics)
+    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices, metrics,
+                    metrics_added)
 
 
 def _version_text(text: str | None) -> str | None:
@@ -191,8 +195,9 @@ def run_wrapped(
     session = _session(opts, kind, label)
     redacted = llama_args.redact_argv(prep.argv)
     say(f"kvtrace: running: {llama_args.shell_join(redacted)}")
-    if prep.added:
-        say(f"kvtrace: added for parseable debug output: {' '.join(prep.added)}")
+    if prep.added or prep.metrics_added:
+        ours = [*prep.added, *([llama_args.METRICS_FLAG] if prep.metrics_added else [])]
+        say(f"kvtrace: added for parseable debug output: {' '.join(ours)}")
     if prep.skipped:
         say(f"kvtrace: this build does not list {' '.join(prep.skipped)}; left out")
     shown_env = " ".join(f"{k}={v}" for k, v in llama_args.redact_env(prep.set_env).items())
@@ -209,6 +214,7 @@ def run_wrapped(
         "effective_command": redacted,
         KEY_COMMAND_LINE: llama_args.shell_join(redacted),
         "added_flags": prep.added,
+        "added_metrics_flag": prep.metrics_added,
         "skipped_flags": prep.skipped,
         "env_set": llama_args.redact_env(prep.set_env),
         "env_unset": prep.removed_env,
