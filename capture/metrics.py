@@ -131,7 +131,8 @@ class MetricsScraper(threading.Thread):
         if self.is_alive():
             self.join(_TIMEOUT_S + 1)
         try:
-            self.scrape()
+            if not self.is_alive():  # else a scrape still waits on the server: that one is the last
+                self.scrape()
         except Exception as exc:
             self._end(f"scraping {self.url} failed ({type(exc).__name__}: {exc})")
         finally:

@@ -164,10 +164,12 @@ def test_the_logs_draft_counts_equal_the_servers_counters_and_the_responses(matr
 
 @pytest.mark.parametrize("name", [n for n in NAMES if BY_NAME[n].spec_type not in NO_DRAFTS])
 def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
-    """Each draft the server counts is verified in one target batch of its tokens plus the sampled one, every
-    row an output; the reader must attribute exactly those to the target. One request at a time, no two
-    slots' verifications share a batch, so the counts are equal; with several in flight they can only merge.
-    DFlash's drafter decodes a noise block of the same shape once per draft, on the drafter's side."""
+    """What the counters say the batches add up to: each draft the server counts is verified once on the target,
+    as that sequence's rows of a batch whose every row is an output (the draft plus the sampled token, so more
+    than one position). The reader must put exactly those on the target: with one request at a time, one per
+    draft. With several in flight, a verification that shares its batch with another slot's prompt (whose rows
+    are not all outputs) has no such shape, so the shaped ones can only be fewer. DFlash's drafter decodes one
+    noise block of the same shape per draft, on the drafter's side, whatever the slots."""
     from analyze.counters import server_counters
 
     run, result, _ = matrix.get(name)
@@ -176,13 +178,15 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
     assert c is not None and c.drafts["server"]
     drafts = c.drafts["server"]
     b = result.batches
-    verify_shaped = b[(b["n_tokens"] > 1) & (b["n_outputs"] == b["n_tokens"])]
-    on_target = int((verify_shaped["context"] == "target").sum())
+    shaped = b[(b["n_outputs"] == b["n_tokens"]) & (b["pos_max"] - b["pos_min"] >= 1)]
+    on_target = int((shaped["context"] == "target").sum())
+    assert not (shaped["context"] == "unknown").any(), shaped["context"].value_counts()
     if sc.concurrency == 1:
         assert on_target == drafts, (name, on_target, drafts)
     else:
-        assert 0 < on_target <= drafts, (name, on_target, drafts)
-    if sc.spec_type == "draft-dflash" and sc.concurrency == 1:
-        assert int((verify_shaped["context"] == "drafter").sum()) == drafts
-    else:
-        assert (verify_shaped["context"] != "drafter").all() or sc.spec_type == "draft-dflash"
+        assert 0.9 * drafts <= on_target <= drafts, (name, on_target, drafts)
+    if sc.spec_type == "draft-dflash":
+        noise_blocks = int((shaped["context"] == "drafter").sum())
+        assert noise_blocks == drafts, (name, noise_blocks, drafts)
+    elif sc.spec_type == "draft-simple":
+        assert not (shaped["context"] == "drafter").any()  # its drafter wants one output per step
