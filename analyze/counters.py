@@ -10,6 +10,15 @@ What each side counts (measured on llama-server b11434, draft-simple, three requ
   new n_tokens = P`) is not printed for the step that ends a request, so it undercounts; it is not compared.
 - the log, per request: `draft acceptance = R (A accepted / G generated)` sums to the token counters exactly;
   it does not count steps (its `mean len` is rounded), so drafts are left uncompared.
+Each response's `timings.draft_n` / `draft_n_accepted` sum to the same two token counters (the scenario matrix,
+tests/capture/test_scenarios.py, holds all three equal on every drafting type; the n-gram types draft nothing
+from its short prompts: counters 0, no `accepted` line, no `draft_n`).
+
+What the drafts counter says the batches add up to (measured on the matrix, b11434): one target verification
+per draft, that sequence's rows (the draft plus the sampled token) in a batch whose every row is an output;
+fewer such shapes only where slots share a batch with another's prompt. DFlash's drafter decodes one noise
+block of the same shape per draft; draft-simple's drafter wants one output per step, so none has that shape;
+EAGLE3's drafter has a few more than its drafts.
 """
 
 from __future__ import annotations

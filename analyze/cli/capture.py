@@ -234,9 +234,10 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
     """Run CMD with the debug switches on and capture everything it prints.
 
     Sets LLAMA_BATCH_DEBUG=1, LLAMA_KV_CACHE_DEBUG=1, GGML_DFLASH_DEBUG=1; for llama.cpp programs adds
-    -v, --log-prefix --log-timestamps and --log-colors off unless you chose already. stdout and stderr go,
-    merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json records the command (secrets
-    redacted), the triage flags, the version and the GPUs.
+    -v, --log-prefix --log-timestamps and --log-colors off unless you chose already, and --metrics where
+    the build lists it. stdout and stderr go, merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json
+    records the command (secrets redacted), the triage flags, the version and the GPUs; the server's /metrics
+    go into SESSION/metrics.parquet.
 
     Exit code: 0 capture complete (whatever the log shows: `kvtrace triage` judges it); 1 the program
     failed, a --ping request failed, or --until-error fired; 2 bad usage (nothing started); 128+N the
