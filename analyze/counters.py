@@ -147,8 +147,7 @@ def server_counters(result: ParseResult, folder: Path | None = None) -> ServerCo
             lo = t_first if started_before else -np.inf
             rows = rows[(times > lo) & (times <= t_last + _SLACK_S)]
             window = f"{'from the first' if started_before else 'up to the last'} scrape"
-            notes.append("the server counts a request when it ends: one in flight at the window's edge is "
-                         "counted on one side only")
+            notes.append("a request in flight at the window's edge may be counted on one side only")
     if ended_early:
         notes.append(f"the scraping ended early: {scraped['note']}")
     if result.truncated:

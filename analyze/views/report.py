@@ -330,7 +330,8 @@ def counters_text(c: ServerCounters) -> str:
     server = (f"{c.draft_tokens['server']} drafted, {c.accepted_tokens['server']} accepted, "
               f"{c.drafts['server']} drafts ({c.window})")
     verdict = {True: "the log agrees", False: "the log disagrees", None: "not compared"}[c.agree]
-    return f"{server}; {verdict}" + (f" ({c.notes[0]})" if c.agree is None and c.notes else "")
+    # a note may quote the server's address from the manifest: escaped, as all text the tool did not write
+    return f"{server}; {verdict}" + (f" ({_cell('; '.join(c.notes))})" if c.agree is None and c.notes else "")
 
 
 def disagreement_text(c: ServerCounters) -> str:

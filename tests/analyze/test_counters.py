@@ -133,3 +133,12 @@ def test_triage_json_carries_server_counters(tmp_path: Path) -> None:
         "draft_tokens": {"log": 3, "server": 3}, "accepted_tokens": {"log": 2, "server": 2},
         "drafts": {"log": 1, "server": 1}, "agree": True, "window": "whole run", "log_source": PER_STEP, "notes": []}
     assert second["server_counters"] is None
+
+
+def test_a_note_in_the_report_is_escaped(tmp_path: Path) -> None:
+    line = "0.00.001.000 D slot   operator(): id  0 | task 0 | accepted 2/3 draft tokens, new n_tokens = 27\n"
+    folder = session(tmp_path, [line], [(2.0, 6, 4, 2)], note="the server stopped answering http://h/<b>x</b>_y_")
+    report = markdown_report(analyze.parse(folder))
+    row = next(r for r in report.splitlines() if r.startswith("| server counters"))
+    assert "not compared" in row and "the scraping ended early: the server stopped answering" in row
+    assert "<b>" not in row and r"\<b\>x\</b\>\_y\_" in row
