@@ -168,7 +168,8 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
     as that sequence's rows of a batch whose every row is an output (the draft plus the sampled token, so more
     than one position). The reader must put exactly those on the target: with one request at a time, one per
     draft. With several in flight, a verification that shares its batch with another slot's prompt (whose rows
-    are not all outputs) has no such shape, so the shaped ones can only be fewer. DFlash's drafter decodes one
+    are not all outputs) has no such shape, so the shaped ones can only be fewer, by at most the sequences with
+    several positions in such batches. DFlash's drafter decodes one
     noise block of the same shape per draft, on the drafter's side, whatever the slots."""
     from analyze.counters import server_counters
 
@@ -178,13 +179,17 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
     assert c is not None and c.drafts["server"]
     drafts = c.drafts["server"]
     b = result.batches
-    shaped = b[(b["n_outputs"] == b["n_tokens"]) & (b["pos_max"] - b["pos_min"] >= 1)]
+    several = b["pos_max"] - b["pos_min"] >= 1
+    shaped = b[(b["n_outputs"] == b["n_tokens"]) & several]
     on_target = int((shaped["context"] == "target").sum())
+    # where a verification without the shape can hide: a sequence's several positions in a target batch whose
+    # rows are not all outputs (prompt chunks among them)
+    mixed = int(((b["n_outputs"] < b["n_tokens"]) & several & (b["context"] == "target")).sum())
     assert not (shaped["context"] == "unknown").any(), shaped["context"].value_counts()
     if sc.concurrency == 1:
         assert on_target == drafts, (name, on_target, drafts)
     else:
-        assert 0.9 * drafts <= on_target <= drafts, (name, on_target, drafts)
+        assert drafts - mixed <= on_target <= drafts, (name, on_target, mixed, drafts)
     if sc.spec_type == "draft-dflash":
         noise_blocks = int((shaped["context"] == "drafter").sum())
         assert noise_blocks == drafts, (name, noise_blocks, drafts)
