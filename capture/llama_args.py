@@ -127,6 +127,10 @@ class Augmented:
     skipped: list[str] = field(default_factory=list)  # wanted, but this build's --help does not list it
 
 
+def _lists(help_text: str, flag: str) -> bool:
+    return bool(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text))
+
+
 def add_log_flags(argv: Sequence[str], env: Mapping[str, str], help_text: str | None) -> Augmented:
     """Append the flags that make batch dumps visible and lines parseable, unless the user chose already.
 
@@ -137,12 +141,33 @@ def add_log_flags(argv: Sequence[str], env: Mapping[str, str], help_text: str | 
     for chosen, env_names, ours in _LOG_CHOICES:
         if has_flag(argv, chosen) or any(name in env for name in env_names):
             continue
-        if help_text is not None and not re.search(rf"(?<![\w-]){re.escape(ours[0])}(?![\w-])", help_text):
+        if help_text is not None and not _lists(help_text, ours[0]):
             out.skipped.append(ours[0])
             continue
         out.argv.extend(ours)
         out.added.extend(ours)
     return out
+
+
+# llama-server's /metrics (the server's own draft counters): off unless `--metrics` or its environment name.
+METRICS_FLAG = "--metrics"
+_METRICS_ENV = ("LLAMA_ARG_ENDPOINT_METRICS",)
+_FALSE = {"0", "false", "off", "no", "disabled", ""}
+
+
+def serves_metrics(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether this command line turns llama-server's /metrics on."""
+    value = next((env[name] for name in _METRICS_ENV if name in env), None)
+    return has_flag(argv, (METRICS_FLAG,)) or (value is not None and value.strip().lower() not in _FALSE)
+
+
+def add_metrics_flag(argv: Sequence[str], env: Mapping[str, str], help_text: str | None) -> list[str]:
+    """The command line with `--metrics` appended when this build's --help lists it and the server does not
+    serve /metrics already (a build whose --help is unknown, or a program that is no server, is never handed
+    it)."""
+    if help_text is None or serves_metrics(argv, env) or not _lists(help_text, METRICS_FLAG):
+        return list(argv)
+    return [*argv, METRICS_FLAG]
 
 
 def _values(argv: Sequence[str]) -> dict[str, object]:
@@ -197,6 +222,11 @@ def endpoint(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple
     except ValueError:
         port = 8080
     return host, port
+
+
+def base_url(host: str, port: int) -> str:
+    """The server's HTTP address (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def api_key(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from capture.llama_args import base_url
+
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper."
 DEFAULT_MAX_TOKENS = 64
 
@@ -46,8 +48,7 @@ class PingConfig:
 
     @property
     def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return base_url(self.host, self.port)
 
     def manifest(self) -> dict[str, Any]:
         """What the manifest records (never the API key)."""

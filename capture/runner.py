@@ -17,10 +17,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from capture.metrics import MetricsScraper, ScrapeSummary
 from capture.monitor import LiveParse, Terminal
 from capture.ping import Pinger
 from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
-from capture.session import CHUNKS, KEY_END, KEY_LIVE, KEY_PID, KEY_PROGRAM, KEY_STOP_REASON, Session, now_iso
+from capture.session import (
+    CHUNKS,
+    KEY_END,
+    KEY_LIVE,
+    KEY_METRICS,
+    KEY_PID,
+    KEY_PROGRAM,
+    KEY_STOP_REASON,
+    Session,
+    now_iso,
+)
 from capture.sink import RawSink
 
 Source = Callable[[threading.Event], Iterator[bytes]]
@@ -223,8 +234,10 @@ def run_capture(
     child: Child | None = None,
     pinger: Pinger | None = None,
     live: bool = True,
+    scraper: MetricsScraper | None = None,
 ) -> Outcome:
-    """Capture until a stop rule fires; the manifest records why it stopped and how the program ended."""
+    """Capture until a stop rule fires; the manifest records why it stopped and how the program ended.
+    `scraper` (the server's /metrics) runs beside it and scrapes a last time before the program is stopped."""
     sink = RawSink(session.raw_log, echo=terminal.echo if terminal.echo_enabled else None,
                    start=source.start if isinstance(source, ProgramOutput) else None)
     start_offset = sink.bytes_written
@@ -262,10 +275,16 @@ def run_capture(
                 live_note, monitor = f"live parsing unavailable: {exc}", None
         if pinger is not None:
             pinger.start()
+        if scraper is not None:
+            scraper.start()
         # chunks.parquet is written with pandas when the capture ends: load it while the program runs, so
         # that the wrapper returns right after the program (the import took seconds after it before)
         threading.Thread(target=_preload_pandas, name="kvtrace-preload", daemon=True).start()
-        reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, pinger)
+        try:
+            reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, pinger)
+        finally:
+            # while the program still runs: the counters as the run ends (also when the wait was interrupted)
+            scraped: ScrapeSummary | None = scraper.finish() if scraper is not None else None
 
         if pinger is not None:
             pinger.stop.set()
@@ -329,6 +348,8 @@ def run_capture(
             }
         if pinger is not None:
             final["ping"] = pinger.result.summary()
+        if scraped is not None:
+            final[KEY_METRICS] = scraped.manifest()
         if error:
             final["error"] = error
         session.write_manifest(final)

@@ -150,6 +150,9 @@ class RequestResult:
     chunks: int
     cancelled: bool
     error: str = ""
+    # the response's own count of this request's drafts (`timings` of its last chunk); None when none came
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 @dataclass(slots=True)
@@ -217,19 +220,29 @@ def _chat(scenario: Scenario, port: int, i: int) -> RequestResult:
     prompt = _prompt(scenario, i)
     cancel = scenario.cancel_after > 0 and i % 2 == 1
     chunks = 0
+    timings: dict[str, Any] = {}
     try:
         stream = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=scenario.max_tokens,
             temperature=0.0, stream=True,
         )
-        for _ in stream:
+        for chunk in stream:
             chunks += 1
+            # llama-server's own field (not OpenAI's): the openai client keeps it as an extra attribute
+            extra = getattr(chunk, "timings", None)
+            if isinstance(extra, dict):
+                timings = extra
             if cancel and chunks >= scenario.cancel_after:
                 stream.close()  # the client goes away mid-generation: the server cancels the task
                 break
-        return RequestResult(i, len(prompt), True, chunks, cancel)
+        return RequestResult(i, len(prompt), True, chunks, cancel, draft_n=_count(timings.get("draft_n")),
+                             draft_n_accepted=_count(timings.get("draft_n_accepted")))
     except OpenAIError as e:
         return RequestResult(i, len(prompt), False, chunks, cancel, " ".join(str(e).split())[:200])
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _slot_action(port: int, action: str) -> None:

@@ -33,7 +33,9 @@ CHUNKS_JOURNAL = "chunks.journal"  # what a capture writes as chunks arrive; chu
 SCENARIO = "scenario.json"  # a scenario run: the scenario and how it went
 VERDICT = "verdict.json"  # `kvtrace parse` of a session: the verdict, beside the tables (table_file)
 SHAREABLE = "shareable.log"  # `kvtrace redact` / `--redact`: raw.log without the prompts and answers
-FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE)
+METRICS = "metrics.parquet"  # the server's /metrics, scraped during the capture (t, name, labels, value)
+FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE,
+         METRICS)
 JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
 
 # The manifest keys read by something other than the capture that wrote them (the reader, the live view,
@@ -47,8 +49,10 @@ KEY_HOST = "host"  # host_info()
 KEY_COMMAND_LINE = "effective_command_line"  # the program's command line (secrets redacted)
 KEY_PROGRAM = "program"  # the captured program: pid, returncode, signal
 KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed, triage
-KEY_PING_CONFIG = "ping_config"  # --ping's settings, its prompt among them
-KEY_REDACTED = "redacted"  # the redacted copy of the log (SHAREABLE): which file, what was removed
+SHAREABLE = "shareable.log"  # `kvtrace redact` / `--redact`: raw.log without the prompts and answers
+METRICS = "metrics.parquet"  # the server's /metrics, scraped during the capture (t, name, labels, value)
+FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE,
+         METRICS)
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 

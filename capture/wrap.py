@@ -20,6 +20,7 @@ from capture.attach import AttachError, AttachSource
 from capture.devices import list_devices, rpc_endpoints
 from capture.gpus import query_gpus
 from capture.llamaswap import SwapModel
+from capture.metrics import MetricsScraper
 from capture.monitor import Terminal
 from capture.ping import PingConfig, Pinger, PingOptions
 from capture.process import Child, StopPlan, probe
@@ -28,6 +29,7 @@ from capture.session import (
     KEY_COMMAND_LINE,
     KEY_PING_CONFIG,
     KEY_PROGRAM,
+    METRICS,
     RAW_LOG,
     REQUESTS,
     Session,
@@ -53,6 +55,7 @@ class CaptureOptions:
     stop_wait_s: float = 10.0
     # Called with the session folder once it exists, before anything is captured (`--dashboard` opens it).
     on_session: Callable[[Path], None] | None = None
+    server_url: str | None = None  # `attach --server`: the running server whose /metrics to scrape
 
 
 @dataclass(slots=True)
@@ -62,6 +65,7 @@ class RunOptions(CaptureOptions):
     debug_env: dict[str, str | None] = field(default_factory=dict)  # NAME -> value, None = leave as is
     extra_env: dict[str, str] = field(default_factory=dict)
     log_flags: bool = True
+    metrics: bool = True  # add --metrics to a llama-server whose --help lists it, and scrape /metrics
 
 
 @dataclass(slots=True)
@@ -75,6 +79,8 @@ class Prepared:
     set_env: dict[str, str]  # what kvtrace set or the user set for this run
     removed_env: list[str]
     devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
+    metrics: bool = False  # the command serves /metrics (ours or the user's --metrics) and it is scraped
+    metrics_added: bool = False  # kvtrace added --metrics (not among `added`: those are the log flags)
 
 
 def debug_environment(
@@ -115,18 +121,25 @@ def prepare(argv: list[str], opts: RunOptions) -> Prepared:
     added: list[str] = []
     skipped: list[str] = []
     effective = list(argv)
+    metrics_added = False
     devices = None
     if is_llama:
         version = probe([argv[0], "--version"], env)
-        help_text = probe([argv[0], "--help"], env) if opts.log_flags or rpc_endpoints(argv) else None
-        if opts.log_flags:
-            aug = llama_args.add_log_flags(argv, env, help_text if help_text and "--" in help_text else None)
-            effective, added, skipped = aug.argv, aug.added, aug.skipped
-        devices = list_devices(argv[0], argv, env, help_text if help_text and "--" in help_text else None)
+        wants_help = opts.log_flags or opts.metrics or rpc_endpoints(argv)
+        help_text = probe([argv[0], "--help"], env) if wants_help else None
+        known = help_text if help_text and "--" in help_text else None
+        aug = llama_args.add_log_flags(argv, env, known) if opts.log_flags else llama_args.Augmented(list(argv))
+        effective, added, skipped = aug.argv, aug.added, aug.skipped
+        if opts.metrics:
+            with_metrics = llama_args.add_metrics_flag(effective, env, known)
+            metrics_added, effective = len(with_metrics) > len(effective), with_metrics
+        devices = list_devices(argv[0], argv, env, known)
         if devices is not None and devices.get("error") and rpc_endpoints(argv):
             # llama.cpp would stop at start-up (or wait) on an RPC server it cannot reach: say so at once
             raise UsageError(str(devices["error"]))
-    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices)
+    metrics = is_llama and opts.metrics and llama_args.serves_metrics(effective, env)
+    return Prepared(effective, env, is_llama, added, skipped, version, set_env, removed, devices, metrics,
+                    metrics_added)
 
 
 def _version_text(text: str | None) -> str | None:
@@ -183,8 +196,9 @@ def run_wrapped(
     session = _session(opts, kind, label)
     redacted = llama_args.redact_argv(prep.argv)
     say(f"kvtrace: running: {llama_args.shell_join(redacted)}")
-    if prep.added:
-        say(f"kvtrace: added for parseable debug output: {' '.join(prep.added)}")
+    if prep.added or prep.metrics_added:
+        ours = [*prep.added, *([llama_args.METRICS_FLAG] if prep.metrics_added else [])]
+        say(f"kvtrace: added for parseable debug output: {' '.join(ours)}")
     if prep.skipped:
         say(f"kvtrace: this build does not list {' '.join(prep.skipped)}; left out")
     shown_env = " ".join(f"{k}={v}" for k, v in llama_args.redact_env(prep.set_env).items())
@@ -201,6 +215,7 @@ def run_wrapped(
         "effective_command": redacted,
         KEY_COMMAND_LINE: llama_args.shell_join(redacted),
         "added_flags": prep.added,
+        "added_metrics_flag": prep.metrics_added,
         "skipped_flags": prep.skipped,
         "env_set": llama_args.redact_env(prep.set_env),
         "env_unset": prep.removed_env,
@@ -234,6 +249,10 @@ def run_wrapped(
     pinger = None
     if ping_cfg is not None:
         pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
+    scraper = None
+    if prep.metrics:
+        scraper = MetricsScraper(llama_args.base_url(host, port), session.path / METRICS, terminal.message,
+                                 api_key=llama_args.api_key(prep.argv, prep.env), alive=child.running)
     return run_capture(
         session,
         ProgramOutput(child, start),
@@ -241,6 +260,7 @@ def run_wrapped(
         rules=_rules(opts, opts.keep_running),
         child=child,
         pinger=pinger,
+        scraper=scraper,
     )
 
 
@@ -274,6 +294,8 @@ def run_llama_swap(swap: SwapModel, opts: RunOptions, *, terminal: Terminal | No
 def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal | None = None) -> Outcome:
     """`kvtrace capture attach`: capture a log something else runs (capture.attach: a file, stdin, a stream)."""
     terminal = terminal or default_terminal()
+    if opts.server_url is not None and not opts.server_url.startswith(("http://", "https://")):
+        raise UsageError(f"--server wants the server's address, e.g. http://127.0.0.1:8080 (got {opts.server_url!r})")
     try:
         pump = source.open(terminal.message)
     except AttachError as exc:
@@ -283,4 +305,7 @@ def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal
     session.write_manifest(
         {"kind": "attach", "session": session.path.name, "attach": source.describe(), "cwd": os.getcwd()}
     )
-    return run_capture(session, pump, terminal=terminal, rules=_rules(opts))
+    scraper = None
+    if opts.server_url:
+        scraper = MetricsScraper(opts.server_url, session.path / METRICS, terminal.message)
+    return run_capture(session, pump, terminal=terminal, rules=_rules(opts), scraper=scraper)

@@ -221,6 +221,8 @@ def run_options(f: F) -> F:
                      help="Another environment variable for the program (repeatable)."),
         click.option("--no-log-flags", is_flag=True, help="Do not add -v/--log-prefix/--log-timestamps/"
                      "--log-colors off to a llama.cpp program."),
+        click.option("--no-metrics", is_flag=True, help="Do not add --metrics to a llama-server (whose /metrics "
+                     "is otherwise scraped once a second into SESSION/metrics.parquet)."),
         click.option("--stop-wait", "stop_wait_s", type=float, default=10.0, show_default=True,
                      help="Seconds to wait after SIGINT (then half that after SIGTERM) before SIGKILL."),
     ]
@@ -250,7 +252,8 @@ def _run_opts(kw: dict[str, Any]) -> RunOptions:
     prompt = kw.pop("prompt")
     if prompt is not None:
         ping.prompt = prompt
-    return RunOptions(ping=ping, debug_env=debug, extra_env=extra, log_flags=not kw.pop("no_log_flags"), **kw)
+    return RunOptions(ping=ping, debug_env=debug, extra_env=extra, log_flags=not kw.pop("no_log_flags"),
+                      metrics=not kw.pop("no_metrics"), **kw)
 
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -264,9 +267,10 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
     """Run CMD with the debug switches on and capture everything it prints.
 
     Sets LLAMA_BATCH_DEBUG=1, LLAMA_KV_CACHE_DEBUG=1, GGML_DFLASH_DEBUG=1; for llama.cpp programs adds
-    -v, --log-prefix --log-timestamps and --log-colors off unless you chose already. stdout and stderr go,
-    merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json records the command (secrets
-    redacted), the triage flags, the version and the GPUs.
+    -v, --log-prefix --log-timestamps and --log-colors off unless you chose already, and --metrics where
+    the build lists it. stdout and stderr go, merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json
+    records the command (secrets redacted), the triage flags, the version and the GPUs; the server's /metrics
+    go into SESSION/metrics.parquet.
 
     Exit code: 0 capture complete (whatever the log shows: `kvtrace triage` judges it); 1 the program
     failed, a --ping request failed, or --until-error fired; 2 bad usage (nothing started); 128+N the
@@ -299,9 +303,11 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
 @click.option("--llama-swap", "swap_url", metavar="URL", help="llama-swap's base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--model", help="With --llama-swap: the model whose log to stream (default: all upstream).")
 @click.option("--url", metavar="URL", help="Any HTTP URL that streams a log (read until it ends or a stop rule).")
+@click.option("--server", "server_url", metavar="URL", help="The running llama-server's address (through llama-swap, "
+              "its upstream URL): its /metrics, scraped once a second into SESSION/metrics.parquet.")
 @capture_options
 def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool, swap_url: str | None,
-               model: str | None, url: str | None, **kw: Any) -> None:
+               model: str | None, url: str | None, server_url: str | None, **kw: Any) -> None:
     """Capture a log that something else runs: a file, stdin, llama-swap's log stream or a URL.
 
     \b
@@ -317,7 +323,7 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
         from capture.wrap import CaptureOptions, run_attach
 
         source = attach_source(path, follow, from_end, use_stdin, swap_url, model, url)
-        opts = CaptureOptions(**kw)
+        opts = CaptureOptions(server_url=server_url, **kw)
         screen.live.attach(opts)
         return run_attach(source, opts, terminal=terminal)
 

@@ -135,6 +135,8 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
     if table or as_csv:
         triage_table(list(expand_sources(sources)), jobs, as_csv, progress)
         return
+    from analyze.counters import server_counters
+
     bad = 0
     first = True
     for src in expand_sources(sources):
@@ -145,7 +147,8 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
         v = result.verdict
         v.source = src
         if as_json:
-            click.echo(json.dumps(v.to_dict()))
+            counters = server_counters(result)  # a session that scraped the server's /metrics
+            click.echo(json.dumps(v.to_dict() | {"server_counters": counters.to_dict() if counters else None}))
         else:
             if not first:
                 click.echo("")

@@ -273,7 +273,10 @@ def _request_bands(fig: go.Figure, result: ParseResult, seq_id: int | None, axis
     pick = ok & (np.arange(x0.size) % 2 == 1)
     if not pick.any():
         return
-    xs, ys = _vertical_band_trace(x0[pick], x1[pick], lo, hi)
+    a, b = x0[pick], x1[pick]
+    if x_range is not None:  # a zoomed chart holds nothing outside its range
+        a, b = np.maximum(a, x_range[0]), np.minimum(b, x_range[1])
+    xs, ys = _vertical_band_trace(a, b, lo, hi)
     fig.add_trace(go.Scatter(
         x=xs, y=ys, fill="toself", mode="lines", line={"width": 0}, fillcolor="rgba(60, 60, 60, 0.05)",
         name=f"requests ({x0.size}; every other one shaded)", hoverinfo="skip",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from analyze.counters import ServerCounters, server_counters
 from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.overview import Overview, overview
 from analyze.positions import XAxis, stored_positions
@@ -298,7 +299,12 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         rows.append(["acceptance per draft position", ", ".join(f"{p:.2f}" for p in c.accepted_per_position)])
     if c.n_cycles:
         rows.append(["drafter in step (cycles)", f"{c.in_step} of {c.n_cycles}"])
+    counters = server_counters(result)
+    if counters is not None:
+        rows.append(["server counters (/metrics)", counters_text(counters)])
     out.append(Table(None, rows))
+    if counters is not None and counters.agree is False:
+        out.append(Prose(disagreement_text(counters)))
     summary = plain_summary(verdict)  # never a quote from the log outside a fence
     if summary:
         out.append(Prose(escape(summary)))
@@ -323,6 +329,22 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         out += [Prose("**Next steps:**"), Bullets(steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
     return out
+
+
+def counters_text(c: ServerCounters) -> str:
+    """The server's counts beside the log's, in one cell."""
+    server = (f"{c.draft_tokens['server']} drafted, {c.accepted_tokens['server']} accepted, "
+              f"{c.drafts['server']} drafts ({c.window})")
+    verdict = {True: "the log agrees", False: "the log disagrees", None: "not compared"}[c.agree]
+    # a note may quote the server's address from the manifest: escaped, as all text the tool did not write
+    return f"{server}; {verdict}" + (f" ({_cell('; '.join(c.notes))})" if c.agree is None and c.notes else "")
+
+
+def disagreement_text(c: ServerCounters) -> str:
+    """The finding when the log's draft counts differ from the server's own."""
+    return ("**Server counters disagree:** the server's /metrics and the log count different drafts ("
+            + "; ".join(c.disagreements()) + "). Either the log is incomplete (cut short, lines lost, captured "
+            "late) or it holds an acceptance line kvtrace does not read.")
 
 
 def _md_table(t: Table) -> str:

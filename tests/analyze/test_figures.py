@@ -151,8 +151,10 @@ def test_the_position_figure_draws_each_trace_from_the_tables() -> None:
     tol = default_tolerance(result)
     spec = _spec(position_figure(result, seq_id=0))
     traces = {d["name"]: d for d in spec["data"]}
+    n_requests = int(((result.events["kind"] == "new_prompt") & (result.events["seq_id"] == 0)).sum())
     assert list(traces) == ["target batch span", "target", "drafter batch span", "drafter",
-                            "position error (X to Y)", f"drafter and target apart (> {tol:g})", "reset"]
+                            "position error (X to Y)", f"drafter and target apart (> {tol:g})",
+                            f"requests ({n_requests}; every other one shaded)", "reset"]
     assert tol == 4  # the sample's draft block: a 3-token draft plus the token it starts from
 
     # Stored max per side: every point of the derivation (a small log is never downsampled), in order.

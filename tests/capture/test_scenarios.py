@@ -12,7 +12,7 @@ import pytest
 import analyze
 from analyze.compare import compare
 from analyze.health import Health, check_structure, health
-from capture.scenarios import SCENARIOS, Scenario, ScenarioRun, run_scenario
+from capture.scenarios import BY_NAME, SCENARIOS, Scenario, ScenarioRun, run_scenario
 from tests.capture.capture_helpers import NEEDS_SERVER
 
 pytestmark = NEEDS_SERVER
@@ -130,3 +130,68 @@ def test_the_servers_defaults_read_healthy(matrix: Matrix, name: str) -> None:
     counts = batches_per_sequence(result)
     busy = opening_sequence(result)
     assert busy is not None and counts[busy] == max(counts.values()) and counts[busy] > 10, counts
+
+
+# Where the log carries no per-step acceptance: the n-gram types draft nothing from these short prompts (no
+# n-gram of the prompt repeats in time), so the server counts 0, the responses carry no draft_n and the log
+# prints no `accepted N/M` line; the three witnesses are held to that instead.
+NO_DRAFTS = {"ngram-mod", "ngram-simple"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_logs_draft_counts_equal_the_servers_counters_and_the_responses(matrix: Matrix, name: str) -> None:
+    """Three independent counts of one thing: the log's per-step `accepted N/M draft tokens` lines (LLAMA_TRACE,
+    set by the scenarios), llama-server's /metrics (added by `capture run`) and each response's timings."""
+    from analyze.counters import PER_STEP, server_counters
+
+    run, result, _ = matrix.get(name)
+    sc = BY_NAME[name]
+    c = server_counters(result, run.session)
+    assert c is not None, f"{name}: no metrics.parquet"
+    answered = [r for r in run.requests if r.ok]
+    drafted = sum(r.draft_n or 0 for r in answered)
+    accepted = sum(r.draft_n_accepted or 0 for r in answered)
+    if sc.spec_type in NO_DRAFTS:
+        assert c.draft_tokens == {"log": None, "server": 0} and c.drafts["server"] == 0, c
+        assert drafted == accepted == 0 and c.log_source is None
+        return
+    assert c.log_source == PER_STEP and c.window == "whole run", c
+    assert c.agree is True, (name, c)
+    assert c.drafts["log"] and c.drafts["log"] > 5
+    assert all(r.draft_n is not None for r in answered), run.requests
+    assert (drafted, accepted) == (c.draft_tokens["server"], c.accepted_tokens["server"]), (name, c, run.requests)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if BY_NAME[n].spec_type not in NO_DRAFTS])
+def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
+    """What the counters say the batches add up to: each draft the server counts is verified once on the target,
+    as that sequence's rows of a batch whose every row is an output (the draft plus the sampled token, so more
+    than one position). The reader must put exactly those on the target: with one request at a time, one per
+    draft. With several in flight, a verification that shares its batch with another slot's prompt (whose rows
+    are not all outputs) has no such shape, so the shaped ones can only be fewer, by at most the sequences with
+    several positions in such batches. DFlash's drafter decodes one
+    noise block of the same shape per draft, on the drafter's side, whatever the slots."""
+    from analyze.counters import server_counters
+
+    run, result, _ = matrix.get(name)
+    sc = BY_NAME[name]
+    c = server_counters(result, run.session)
+    assert c is not None and c.drafts["server"]
+    drafts = c.drafts["server"]
+    b = result.batches
+    several = b["pos_max"] - b["pos_min"] >= 1
+    shaped = b[(b["n_outputs"] == b["n_tokens"]) & several]
+    on_target = int((shaped["context"] == "target").sum())
+    # where a verification without the shape can hide: a sequence's several positions in a target batch whose
+    # rows are not all outputs (prompt chunks among them)
+    mixed = int(((b["n_outputs"] < b["n_tokens"]) & several & (b["context"] == "target")).sum())
+    assert not (shaped["context"] == "unknown").any(), shaped["context"].value_counts()
+    if sc.concurrency == 1:
+        assert on_target == drafts, (name, on_target, drafts)
+    else:
+        assert drafts - mixed <= on_target <= drafts, (name, on_target, mixed, drafts)
+    if sc.spec_type == "draft-dflash":
+        noise_blocks = int((shaped["context"] == "drafter").sum())
+        assert noise_blocks == drafts, (name, noise_blocks, drafts)
+    elif sc.spec_type == "draft-simple":
+        assert not (shaped["context"] == "drafter").any()  # its drafter wants one output per step
