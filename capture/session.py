@@ -49,10 +49,9 @@ KEY_HOST = "host"  # host_info()
 KEY_COMMAND_LINE = "effective_command_line"  # the program's command line (secrets redacted)
 KEY_PROGRAM = "program"  # the captured program: pid, returncode, signal
 KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed, triage
-SHAREABLE = "shareable.log"  # `kvtrace redact` / `--redact`: raw.log without the prompts and answers
-METRICS = "metrics.parquet"  # the server's /metrics, scraped during the capture (t, name, labels, value)
-FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE,
-         METRICS)
+KEY_PING_CONFIG = "ping_config"  # --ping's settings, its prompt among them
+KEY_REDACTED = "redacted"  # the redacted copy of the log (SHAREABLE): which file, what was removed
+KEY_METRICS = "metrics"  # the /metrics scraper: url, scrapes, note (why it ended early); absent when not scraped
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
