@@ -69,7 +69,8 @@ def threads(client: Client) -> int:
 def map_logs(client: Client, fn: Callable[[str], T], sources: Sequence[str],
              on_done: Callable[[int, T], None] | None = None) -> list[T]:
     """`fn(source)` for every source on the cluster's workers, in input order; `on_done(i, result)` as each
-    arrives. `fn` must be importable by the workers (a top-level function, or a partial of one)."""
+    arrives. `fn` must be importable by the workers (a top-level function, or a partial of one). A task the
+    scheduler runs again (its worker died) is still the one future: each log's result arrives once."""
     from distributed import as_completed
 
     futures = client.map(fn, list(sources), pure=False)
@@ -77,8 +78,6 @@ def map_logs(client: Client, fn: Callable[[str], T], sources: Sequence[str],
     out: dict[int, T] = {}
     for future, result in as_completed(futures, with_results=True, loop=client.loop):
         i = place[future.key]
-        if i in out:  # a result is taken once, whatever the scheduler ran again
-            continue
         out[i] = result
         if on_done is not None:
             on_done(i, result)

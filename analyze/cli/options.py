@@ -98,7 +98,8 @@ def parse_or_fail(src: str, progress: bool | None) -> ParseResult:
 scheduler_option = click.option(
     "--scheduler", metavar="ADDRESS", default=None,
     help="Run on a Dask cluster: the scheduler's host:port (each log a task; a big log's pieces too). The "
-         "workers read the inputs themselves: paths they can see, or fsspec URLs. Needs kvtrace[cluster].")
+         "workers read the inputs themselves: paths they can see, or fsspec URLs (s3:// needs s3fs on them). "
+         "Needs kvtrace[cluster].")
 
 
 def cluster_client(address: str) -> Any:

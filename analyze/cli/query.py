@@ -31,7 +31,7 @@ def query_command(sql: str, folders: tuple[Path, ...], as_csv: bool, as_json: bo
       # the acceptance per spec type and build
       kvtrace query "SELECT spec_type, build, count(*) AS logs, sum(accepted) / sum(generated) AS acceptance
                      FROM verdicts GROUP BY ALL ORDER BY logs DESC" fleet.kvt --csv
-      # the logs whose drafter fell out of step, with how many failures each
+      # the logs with the most failures
       kvtrace query "SELECT source, count(*) AS failures FROM errors GROUP BY source ORDER BY 2 DESC" fleet.kvt
       # the logs that could not be read
       kvtrace query "SELECT source, error FROM verdicts WHERE error IS NOT NULL" fleet.kvt --json

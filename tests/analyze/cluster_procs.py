@@ -41,7 +41,7 @@ def dask_processes(workers: int = 2, threads: int = 1, timeout: float = 60.0) ->
     """A scheduler and `workers` workers (no nanny: killing a worker's process kills the worker)."""
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
     cluster = Cluster(address, subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                                  "--no-dashboard", "--no-show"], **quiet))  # type: ignore[call-overload]
