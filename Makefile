@@ -18,7 +18,7 @@ PY313 ?= $(shell (command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare
 $(STAMP): pyproject.toml analyze/_skim.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[engine,test]'
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[engine,test,cluster]'
 	touch $@
 
 setup: $(STAMP)

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -31,6 +31,9 @@ from analyze.thread import Thread
 from analyze.verdict import Verdict, decide
 from analyze.walker import Walker
 from capture.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
+
+if TYPE_CHECKING:
+    from analyze.split import PieceMap
 
 TABLES = ("batches", "kv", "errors", "events")
 
@@ -150,12 +153,12 @@ def _result(w: Walker, name: str, n_bytes: int, warnings: list[str], truncated: 
 
 
 def parse(source: Source, *, name: str | None = None, progress: bool = False, jobs: int = 1,
-          piece_bytes: int | None = None) -> ParseResult:
+          piece_bytes: int | None = None, map_pieces: PieceMap | None = None) -> ParseResult:
     """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file.
 
     `jobs` > 1 reads a big log file on that many processes (analyze/split.py; a .gz is unpacked to a
     temporary file first), with the same tables as a serial read; `piece_bytes` forces its pieces' size
-    (tests cut small logs into many pieces)."""
+    (tests cut small logs into many pieces); `map_pieces` runs the pieces elsewhere (a cluster's workers)."""
     opened = open_source(source, name)
     if ((jobs > 1 or piece_bytes) and opened.thread is None and isinstance(source, str | os.PathLike)
             and str(source) != "-"):
@@ -168,7 +171,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
             else:
                 opened.stream.close()
                 plain = resolve_path(source)
-            split = split_walk(plain, jobs, piece_bytes)
+            split = split_walk(plain, jobs, piece_bytes, map_pieces)
         if split is not None:
             walker, warnings = split
             _manifest_flags(source, walker)

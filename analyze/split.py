@@ -19,6 +19,7 @@ import copy
 import math
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from multiprocessing import get_context
@@ -191,9 +192,15 @@ def _work(args: tuple[str, Piece]) -> PieceResult:
     return parse_piece(Path(args[0]), args[1])
 
 
-def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[Walker, list[str]] | None:
+# runs the pieces somewhere else (a cluster's workers): map_pieces(work, args) gives work(a) for each a, in order
+PieceMap = Callable[[Callable[[tuple[str, Piece]], PieceResult], list[tuple[str, Piece]]], Iterable[PieceResult]]
+
+
+def split_walk(path: Path, jobs: int, piece_bytes: int | None = None,
+               map_pieces: PieceMap | None = None) -> tuple[Walker, list[str]] | None:
     """The merged walker of a parallel parse, or None when the log must be read serially (too small, or
-    absolute timestamps whose origin is the first one in the whole log)."""
+    absolute timestamps whose origin is the first one in the whole log). `map_pieces` runs the pieces
+    instead of local processes."""
     size = path.stat().st_size
     n = max(1, math.ceil(size / piece_bytes)) if piece_bytes else jobs
     if piece_bytes is None and size < 2 * MIN_PIECE:
@@ -201,7 +208,9 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None) -> tuple[W
     pieces = cut_points(path, n)
     if len(pieces) < 2:
         return None
-    if jobs > 1:
+    if map_pieces is not None:
+        results = list(map_pieces(_work, [(str(path), p) for p in pieces]))
+    elif jobs > 1:
         # fork is quick, but forking a process that runs other threads (the dashboard's server) can hang
         ctx = get_context("fork" if hasattr(os, "fork") and threading.active_count() == 1 else "spawn")
         with ProcessPoolExecutor(min(jobs, len(pieces)), mp_context=ctx) as pool:

@@ -154,10 +154,11 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter() -> None:
 def test_help_imports_no_heavy_module() -> None:
     """`kvtrace --help` and `kvtrace capture run --help` load click, not pandas, the reader or llama.cpp."""
     probe = ("import sys; from analyze.cli import cli\n"
-             "for args in (['--help'], ['capture', 'run', '--help'], ['triage', '--help']):\n"
+             "for args in (['--help'], ['capture', 'run', '--help'], ['triage', '--help'], ['query', '--help']):\n"
              "    try:\n        cli.main(args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
              "heavy = sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'plotly', 'streamlit', 'llama_cpp', 'httpx',"
-             " 'analyze.parser', 'capture.engine.loop', 'capture.wrap') if m in sys.modules)\n"
+             " 'analyze.parser', 'capture.engine.loop', 'capture.wrap', 'dask', 'distributed', 'duckdb')"
+             " if m in sys.modules)\n"
              "print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     assert "HEAVY []" in out, out[-500:]

@@ -25,6 +25,7 @@ COMMANDS = {
     "demo": "analyze.cli.engine:demo_command",
     "export": "analyze.cli.reports:export_command",
     "parse": "analyze.cli.read:parse_command",
+    "query": "analyze.cli.query:query_command",
     "redact": "analyze.cli.redact:redact_command",
     "report": "analyze.cli.reports:report_command",
     "triage": "analyze.cli.read:triage_command",

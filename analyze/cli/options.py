@@ -93,3 +93,20 @@ def parse_or_fail(src: str, progress: bool | None) -> ParseResult:
     if result is None:
         raise SystemExit(2)
     return result
+
+
+scheduler_option = click.option(
+    "--scheduler", metavar="ADDRESS", default=None,
+    help="Run on a Dask cluster: the scheduler's host:port (each log a task; a big log's pieces too). The "
+         "workers read the inputs themselves: paths they can see, or fsspec URLs (s3:// needs s3fs on them). "
+         "Needs kvtrace[cluster].")
+
+
+def cluster_client(address: str) -> Any:
+    """A client of the Dask scheduler at `address`, or exit 2 with one line (no extra, no scheduler)."""
+    from analyze.cluster import ClusterError, connect
+
+    try:
+        return connect(address)
+    except ClusterError as exc:
+        fail(str(exc))

@@ -9,17 +9,22 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from analyze.cli.options import (
+    cluster_client,
     expand_sources,
+    fail,
     json_option,
     out_option,
     parse_or_none,
     progress_option,
+    scheduler_option,
     sources_argument,
     want_progress,
+    warn,
 )
 from analyze.cli.reports import triage_table
 
 if TYPE_CHECKING:
+    from analyze.dataset import Parsed
     from analyze.verdict import Verdict
 
 
@@ -30,13 +35,18 @@ if TYPE_CHECKING:
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Read one big log on N processes (cut at input-batch dumps; a .gz is unpacked first; "
                    "the same tables).")
+@click.option("--dataset", is_flag=True, help="Write all the inputs into --out as one Parquet dataset (a folder "
+              "per table, a file per log, a `source` column; verdicts one row per log), for kvtrace query. "
+              "Always so with --scheduler.")
+@scheduler_option
 @progress_option
-def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, jobs: int,
-                  progress: bool | None) -> None:
+def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, jobs: int, dataset: bool,
+                  scheduler: str | None, progress: bool | None) -> None:
     """Parse llama.cpp logs into tables: batches, kv, errors, events and meta (one Parquet file each).
 
     LOG is a file (plain or .gz), a session folder, a folder of logs, or - for stdin. With several
-    inputs, each gets its own subfolder of --out.
+    inputs, each gets its own subfolder of --out; with --dataset (or --scheduler), --out is one dataset
+    that a later run adds to (a log parsed again replaces its own files).
 
     \b
     Examples:
@@ -44,11 +54,18 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
       kvtrace parse sessions/20261130-101500-engine-stale-drafter     # tables beside raw.log
       zcat big.log.gz | kvtrace parse - -o tables/ --json
       kvtrace parse --jobs 8 server-debug.log         # one big log on 8 cores
+      kvtrace parse --dataset reports/ -o reports.kvt  # then: kvtrace query "..." reports.kvt
+      kvtrace parse --scheduler 10.0.0.5:8786 /shared/logs/ s3://bucket/fleet/a.log.gz -o fleet.kvt
     """
     import analyze
     from capture.session import is_session
 
     paths = list(expand_sources(sources))
+    if dataset or scheduler is not None:
+        if out is None:
+            fail("a dataset needs its folder: -o DATASET")
+        _parse_dataset(paths, out, jobs, scheduler, as_json)
+        return
     summaries = []
     bad = 0
     for src in paths:
@@ -72,6 +89,50 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
     if as_json:
         click.echo(json.dumps(summaries, indent=2))
     if bad:
+        raise SystemExit(2)
+
+
+def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None, as_json: bool) -> None:
+    """`parse --dataset`: every log into one dataset, here or on a Dask cluster's workers; each log written
+    as it arrives. A log that cannot be read is its verdicts row with the error (and exit 2 at the end)."""
+    from functools import partial
+
+    import analyze
+    from analyze.dataset import parsed, write_log
+
+    summaries: list[dict[str, object]] = []
+
+    def done(_: int, p: Parsed) -> None:
+        write_log(out, p)
+        if p.result is None:
+            click.echo(f"kvtrace: {p.error}", err=True)
+            summaries.append({"source": p.source, "out": str(out), "error": p.error})
+            return
+        r = p.result
+        for w in r.warnings:
+            warn(w)
+        summary = {"source": p.source, "out": str(out), "batches": len(r.batches), "kv": len(r.kv),
+                   "errors": len(r.errors), "events": len(r.events), "kind": r.verdict.kind,
+                   "truncated": r.truncated, "warnings": r.warnings}
+        summaries.append(summary)
+        if not as_json:
+            click.echo(f"{p.source}: {summary['batches']} batches, {summary['kv']} kv rows, {summary['errors']} "
+                       f"errors, {summary['events']} events -> {out}/ ({r.verdict.kind})")
+
+    if scheduler is not None:
+        from analyze import cluster
+
+        client = cluster_client(scheduler)
+        try:
+            cluster.map_logs(client, partial(parsed, read=cluster.read), paths, on_done=done)
+        finally:
+            client.close()
+    else:
+        for i, src in enumerate(paths):
+            done(i, parsed(src, partial(analyze.parse, jobs=jobs)))
+    if as_json:
+        click.echo(json.dumps(summaries, indent=2))
+    if any("error" in s for s in summaries):
         raise SystemExit(2)
 
 
@@ -117,9 +178,10 @@ def thread_lines(thread: dict[str, Any]) -> list[str]:
               "of the same bug sit together (Markdown).")
 @click.option("--csv", "as_csv", is_flag=True, help="The --table as CSV.")
 @click.option("-j", "--jobs", type=int, default=1, show_default=True, help="With --table: parse N logs at once.")
+@scheduler_option
 @progress_option
 def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv: bool, jobs: int,
-           progress: bool | None) -> None:
+                   scheduler: str | None, progress: bool | None) -> None:
     """One verdict per log: what failed, on which side (target or drafter), where, and the evidence.
 
     Exit 0 whenever the inputs were read, whatever they show; 2 when one could not be read.
@@ -131,10 +193,13 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
       pbpaste | kvtrace triage -
       kvtrace triage --table --jobs 4 reports/        # one clustered row per report
       kvtrace triage --table --csv reports/ > triage.csv
+      kvtrace triage --table --scheduler 10.0.0.5:8786 /shared/reports/
     """
     if table or as_csv:
-        triage_table(list(expand_sources(sources)), jobs, as_csv, progress)
+        triage_table(list(expand_sources(sources)), jobs, as_csv, progress, scheduler)
         return
+    if scheduler is not None:
+        fail("--scheduler goes with --table (or --csv)")
     from analyze.counters import server_counters
 
     bad = 0

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.options import fail, json_option, out_option, parse_or_fail, progress_option, want_progress, warn
+from analyze.cli.options import (
+    cluster_client,
+    fail,
+    json_option,
+    out_option,
+    parse_or_fail,
+    progress_option,
+    want_progress,
+    warn,
+)
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -114,13 +123,26 @@ def export_command(source: str, out: Path, progress: bool | None) -> None:
     click.echo(f"{out}: {n} trace events", err=True)
 
 
-def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | None) -> None:
-    """`kvtrace triage --table`: one row per log, clustered; exit 2 if a log could not be read."""
-    from analyze.views.triage import cluster, to_csv, to_markdown, triage_rows
+def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | None,
+                 scheduler: str | None = None) -> None:
+    """`kvtrace triage --table`: one row per log, clustered; exit 2 if a log could not be read. With
+    `scheduler`, the logs are parsed on that Dask cluster's workers."""
+    from analyze.views.triage import cluster, to_csv, to_markdown, triage_row, triage_rows
 
     if jobs < 1:
         fail("--jobs must be at least 1")
-    rows = triage_rows(sources, jobs=jobs, progress=want_progress(progress))
+    if scheduler is not None:
+        from functools import partial
+
+        from analyze import cluster as dask_cluster
+
+        client = cluster_client(scheduler)
+        try:
+            rows = dask_cluster.map_logs(client, partial(triage_row, read=dask_cluster.read), sources)
+        finally:
+            client.close()
+    else:
+        rows = triage_rows(sources, jobs=jobs, progress=want_progress(progress))
     for r in rows:
         if r.error:
             click.echo(f"kvtrace: {r.error}", err=True)

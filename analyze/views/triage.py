@@ -14,10 +14,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyze.signatures import ORDER
 from analyze.views.report import escape
 from capture.session import RAW_LOG
+
+if TYPE_CHECKING:
+    from analyze.parser import ParseResult
 
 
 @dataclass(slots=True)
@@ -52,13 +56,14 @@ def _name(source: str) -> str:
     return "stdin" if source == "-" else (path.name if path.name != RAW_LOG else f"{path.parent.name}/{RAW_LOG}")
 
 
-def triage_row(source: str) -> TriageRow:
-    """Parse one log into its row (top-level, so worker processes can run it)."""
+def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) -> TriageRow:
+    """Parse one log into its row (top-level, so worker processes can run it); `read` parses it some other
+    way (on a cluster's worker: a URL, a big log's pieces on the cluster)."""
     import analyze
     from analyze.signatures import match_signature
 
     try:
-        result = analyze.parse(source)
+        result = (read or analyze.parse)(source)
     except analyze.InputError as exc:
         return TriageRow(_name(source), "", "", "", "", None, None, None, 0, 0, "", "", None, None, source=source,
                          error=str(exc))
