@@ -35,6 +35,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, built once and shared
 
 TARGET_S = 5.0
+# headless Chromium on a machine with no network beyond loopback (the browser test's flags)
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"]
 REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
 
 
@@ -107,9 +110,7 @@ def browser(path: Path) -> dict[str, float]:
             except OSError:
                 time.sleep(0.2)
         with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=chromium, headless=True,
-                                   args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                         "--disable-component-update", "--disable-sync", "--no-first-run"])
+            b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
             page = b.new_page(viewport={"width": 1500, "height": 1200})
             t0 = time.perf_counter()
             page.goto(dash.url)
@@ -171,9 +172,7 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path) ->
     proc = _serve(cmd, env, port)
     try:
         with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=chromium, headless=True,
-                                   args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                         "--disable-component-update", "--disable-sync", "--no-first-run"])
+            b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
             page = b.new_page(viewport={"width": 1500, "height": 1200})
             t0 = time.perf_counter()
             page.goto(f"http://127.0.0.1:{port}")
