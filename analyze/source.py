@@ -114,17 +114,18 @@ class _Chain(io.RawIOBase):
     """Bytes already read, then the rest of the stream they came from."""
 
     def __init__(self, head: bytes, rest: BinaryIO) -> None:
-        self._head = head
+        self._head = memoryview(head)  # handed out by offset: slicing bytes copied the rest on every read
+        self._at = 0
         self._rest = rest
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
+        if self._at < len(self._head):
+            n = min(len(buffer), len(self._head) - self._at)
+            buffer[:n] = self._head[self._at: self._at + n]
+            self._at += n
             return n
         data = self._rest.read(len(buffer))
         buffer[: len(data)] = data
