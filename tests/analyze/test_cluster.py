@@ -122,7 +122,9 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path) -> None:
                 killed_at.append(len(seen))
 
         rows = dask_cluster.map_logs(client, partial(triage_row, read=dask_cluster.read), logs, on_done=done)
-        assert len(client.scheduler_info()["workers"]) == 1  # the other worker is gone
+        assert c.workers[1].poll() is None  # the rest of the work went to the survivor
+    # the scheduler's own worker list lags a SIGKILL under load, so the processes are what is checked
+    assert c.workers[0].returncode == -signal.SIGKILL
     assert killed_at and killed_at[0] < len(logs)
     assert sorted(seen) == list(range(len(logs)))  # every log once
     assert rows == serial
