@@ -190,8 +190,12 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     Without --target/--drafter it generates a tiny model pair once (cached under $KVTRACE_CACHE or
     ~/.cache/kvtrace/models): no download, no GPU needed.
 
+    With --devices N the target is split over N llama.cpp RPC devices started on loopback (this
+    llama.cpp's own, stopped when the capture ends), the drafter on the one --draft-device names.
+
     Exit code: 0 captured (injected failures included); 1 a healthy run (--fault none) hit a decode
-    failure; 2 bad settings or unusable models.
+    failure; 2 bad settings, models or devices; 128 + N stopped by signal N (Ctrl-C: 130), the session
+    written up to there.
 
     \b
     Examples:

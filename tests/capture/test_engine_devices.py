@@ -334,3 +334,28 @@ def test_demo_on_two_devices_reproduces_the_seed_layout(env: dict[str, str], tmp
     place = result.meta["placement"]
     assert (place["split_mode"], place["tensor_split"], place["draft_device"]) == ("layer", "1,1", "RPC1")
     assert manifest(session)["engine"]["spec_type"] == DFLASH
+
+
+def test_dashboard_names_the_devices_and_where_the_drafter_sits(env: dict[str, str], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real app opened on a two-device session (as `kvtrace dashboard SESSION` opens it): its environment
+    panel lists RPC0 and RPC1 by endpoint, the layout line, and the drafter's layers on RPC1 only."""
+    from streamlit.testing.v1 import AppTest
+
+    from analyze.dashboard.launch import OPEN_ENV
+
+    session = tmp_path / "s"
+    done = short(env, session, "--devices", "2", "-ts", "1,1", "-devd", "RPC1")
+    rpc = json.loads(done.stdout)["layout"]["rpc"]
+    monkeypatch.setenv(OPEN_ENV, str(session))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception
+    frames = [df.value.to_dict("records") for df in at.dataframe]
+    listed = next(f for f in frames if f and "backend" in f[0])
+    assert [(r["device"], r["backend"], r["description"]) for r in listed if r["backend"] == "RPC"] == [
+        (d["device"], "RPC", d["endpoint"]) for d in rpc]
+    placed = next(f for f in frames if f and "model" in f[0])
+    assert {r["device"] for r in placed if r["model"] == "drafter" and r["layers"]} == {"RPC1"}
+    assert {r["device"] for r in placed if r["model"] == "target" and r["layers"]} == {"RPC0", "RPC1"}
+    assert any("drafter device asked for: RPC1" in t.value for t in at.text)
