@@ -143,7 +143,15 @@ class Engine:
         n_layer = self.L.llama_model_n_layer(self.target.model)
         m = re.search(rb"layer +%d assigned to device ([\w.-]+)" % n_layer, said)
         head = m[1].decode() if m else "CPU"
-        if head != "CPU" and head not in drafter_devices:
+        if head == "CPU":
+            return
+        if head == "Meta":  # --split-mode tensor: one Meta() device over the model's devices, shared only as a whole
+            if self.cfg.draft_device:
+                raise EngineError(
+                    f"--draft-device {self.cfg.draft_device}: with --split-mode tensor a {self.cfg.spec_type} drafter "
+                    "computes with the target's output head on a device made of all the target's devices; leave "
+                    "--draft-device out (ggml would abort the process)")
+        elif head not in drafter_devices:
             raise EngineError(
                 f"--draft-device {self.cfg.draft_device}: a {self.cfg.spec_type} drafter computes with the target's "
                 f"output head, which llama.cpp put on {head}; put the drafter there (ggml would abort the process)")

@@ -205,6 +205,21 @@ def test_split_mode_none_puts_the_target_on_the_main_gpu(env: dict[str, str], tm
     assert b"invalid value for main_gpu: 5 (available devices: 2)" in (tmp_path / "mg5" / "raw.log").read_bytes()
 
 
+def test_tensor_split_runs_both_models_on_one_meta_device(env: dict[str, str], tmp_path: Path) -> None:
+    """--split-mode tensor: llama.cpp makes one Meta() device of both RPC devices and splits every layer's
+    tensors over them; the drafter shares it only as a whole (a DFlash drafter on RPC1 alone would make ggml
+    abort the process, as away from the output head)."""
+    engine(env, tmp_path / "t", "--devices", "2", "-sm", "tensor", "--fault", "stale-drafter", "--requests", "2",
+           "--cycles", "4")
+    raw = (tmp_path / "t" / "raw.log").read_bytes()
+    assert raw.count(b"llama_prepare_model_devices: creating a Meta device with 2 devices") == 2
+    assert set(re.findall(rb"layer +\d+ assigned to device (\S+), is_swa", raw)) == {b"Meta()"}
+    check_truth(tmp_path / "t", "stale-drafter")
+    bad = short(env, tmp_path / "devd", "--devices", "2", "-sm", "tensor", "-devd", "RPC1", ok=False)
+    assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
+    assert "with --split-mode tensor a draft-dflash drafter" in bad.stderr.decode()
+
+
 def test_row_split_is_refused_by_rpc_devices_in_one_line(env: dict[str, str], tmp_path: Path) -> None:
     bad = short(env, tmp_path / "row", "--devices", "2", "--split-mode", "row", ok=False)
     err = bad.stderr.decode()
