@@ -225,6 +225,8 @@ def test_row_split_is_refused_by_rpc_devices_in_one_line(env: dict[str, str], tm
     err = bad.stderr.decode()
     assert bad.returncode == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "does not support split buffers" in err, err
+    endpoints = [d["endpoint"] for d in manifest(tmp_path / "row")["device"]["layout"]["rpc"]]
+    assert len(endpoints) == 2 and not any(map(listening, endpoints))
 
 
 def test_draft_device_places_the_drafter(env: dict[str, str], tmp_path: Path) -> None:
@@ -254,6 +256,8 @@ def test_a_hidden_state_drafter_away_from_the_output_head_is_one_line(env: dict[
         f"kvtrace: --draft-device RPC0: a {spec} drafter computes with the target's output head, which llama.cpp put "
         "on RPC1; put the drafter there (ggml would abort the process)\n")
     assert b"layer   2 assigned to device RPC1" in (tmp_path / "s" / "raw.log").read_bytes()
+    endpoints = [d["endpoint"] for d in manifest(tmp_path / "s")["device"]["layout"]["rpc"]]
+    assert len(endpoints) == 2 and not any(map(listening, endpoints)), "stopped on the way out of a refusal too"
 
 
 def test_rpc_takes_the_users_own_devices_and_leaves_them_running(env: dict[str, str], tmp_path: Path) -> None:
