@@ -84,11 +84,15 @@ class RunDevices:
                 "target": self.names(config, self.target()), "drafter": self.names(config, self.drafter())}
 
     def names(self, config: EngineConfig, handles: list[int] | None) -> list[str]:
-        """The devices a model with these devices puts its offloaded layers on (["CPU"]: none)."""
+        """The devices a model given these puts its offloaded layers on (["CPU"]: none); with --split-mode
+        none, only the main one (llama.cpp drops the others)."""
         if config.n_gpu_layers == 0 or not handles:
             return ["CPU"]
         by_handle = {d.handle: d.name for d in self._offload()}
-        return [by_handle[h] for h in handles]
+        names = [by_handle[h] for h in handles]
+        if config.split_mode == "none" and len(names) > 1 and config.main_gpu < len(names):
+            return [names[config.main_gpu]]
+        return names
 
     def manifest(self, config: EngineConfig) -> dict[str, Any]:
         import llama_cpp

@@ -39,14 +39,15 @@ class Context:
     """A model plus its context, memory handle and a reusable batch."""
 
     def __init__(self, llama: Any, name: str, path: Path, n_ctx: int, config: EngineConfig,
-                 other: Context | None = None, devices: list[int] | None = None) -> None:
-        """`devices`: the ggml devices the model may use (None: llama.cpp's default, every device it knows)."""
+                 other: Context | None = None, devices: list[int] | None = None, main_gpu: int | None = None) -> None:
+        """`devices`: the ggml devices the model may use (None: llama.cpp's default, every device it knows);
+        `main_gpu`: an index into them (default: config.main_gpu)."""
         self.L = llama
         self.name = name
         mp = llama.llama_model_default_params()
         mp.n_gpu_layers = config.n_gpu_layers
         mp.split_mode = SPLIT_MODES[config.split_mode]
-        mp.main_gpu = config.main_gpu
+        mp.main_gpu = config.main_gpu if main_gpu is None else main_gpu
         if devices is not None:  # NULL-terminated; kept alive while the model loads
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mp.devices = ctypes.cast(self._devices, ctypes.c_void_p)

@@ -129,8 +129,10 @@ class Engine:
     def _load(self, name: str, path: Path, n_ctx: int, other: Context | None, devices: list[int] | None) -> Context:
         """A model and its context, or EngineError with llama.cpp's own reason (its first ERROR line)."""
         self.w.watch_errors()
+        # --main-gpu indexes the target's devices; a drafter put on one device of its own has only index 0
+        main_gpu = 0 if name == "drafter" and self.cfg.draft_device else None
         try:
-            return Context(self.L, name, path, n_ctx, self.cfg, other, devices)
+            return Context(self.L, name, path, n_ctx, self.cfg, other, devices, main_gpu)
         except EngineError as exc:
             said = self.w.first_error
             raise EngineError(f"{exc}: {said}" if said else str(exc)) from None

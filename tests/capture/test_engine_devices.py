@@ -200,6 +200,9 @@ def test_split_mode_none_puts_the_target_on_the_main_gpu(env: dict[str, str], tm
         target = loads(tmp_path / name)[0]
         assert [d for d, _ in target["using"]] == [device] and set(target["layers"]) == {device}, name
     assert analyze.parse(tmp_path / "mg1").meta["placement"]["split_mode"] == "none"
+    assert manifest(tmp_path / "mg1")["device"]["layout"]["target"] == ["RPC1"]
+    short(env, tmp_path / "devd", "--devices", "2", "-sm", "none", "-mg", "1", "-devd", "RPC0", "--spec-type", SIMPLE)
+    assert [d for d, _ in loads(tmp_path / "devd")[1]["using"]] == ["RPC0"]
     bad = short(env, tmp_path / "mg5", "--devices", "2", "-sm", "none", "-mg", "5", ok=False)
     assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
     assert b"invalid value for main_gpu: 5 (available devices: 2)" in (tmp_path / "mg5" / "raw.log").read_bytes()
