@@ -7,6 +7,7 @@ line is also an example of its entry in analyze/patterns.py, which tests/analyze
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -42,6 +43,20 @@ POSITION_ERROR = [
 ]
 
 
+def with_trims(tmp_path: Path, n: int = 2) -> Path:
+    """A real healthy b11434 capture with `n` of the draft mirror's trim warnings put after its first verify steps,
+    as a newer build prints them (each with the timestamp of the line before it): a run that llama.cpp repaired."""
+    lines = gzip.decompress(HEALTHY.read_bytes()).split(b"\n")  # bytes: a tiny model's pieces are not all UTF-8
+    steps = [i for i, line in enumerate(lines) if b"draft tokens" in line and b"accepted" in line][:n]
+    for k, i in reversed(list(enumerate(steps))):  # from the end, so the earlier indices still hold
+        stamp = lines[i].split(b" ", 1)[0]
+        lines.insert(i + 1, stamp + f" W spec continues_dr: seq 0: stale draft memory (ends at {40 + k}, target rows "
+                                    f"start at {30 + k}), trimming".encode())
+    path = tmp_path / "trimmed.log"
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
 def _log(tmp_path: Path, lines: list[str], name: str = "server.log") -> Path:
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -71,6 +86,14 @@ def test_trims_are_listed_and_the_run_reads_healthy_and_repaired(tmp_path: Path)
     assert "| drafter memory found stale and trimmed by llama.cpp | 2 |" in report
     text = CliRunner().invoke(cli, ["triage", str(path)]).stdout
     assert "trims:    the drafter's stale memory trimmed 2 times by llama.cpp (first at line 4)" in text
+
+
+def test_a_real_capture_with_trims_reads_healthy_and_repaired(tmp_path: Path) -> None:
+    result = analyze.parse(with_trims(tmp_path))
+    assert [(t["seq_id"], t["last_pos"], t["batch_start"]) for t in result.verdict.stale_trims] == [(0, 40, 30),
+                                                                                                    (0, 41, 31)]
+    assert result.verdict.kind == "draft_stats_only" and not len(result.errors)
+    assert headline(result) == "Healthy, drafter memory trimmed 2 times"
 
 
 def test_one_trim_without_draft_statistics_still_reads_healthy(tmp_path: Path) -> None:
