@@ -251,7 +251,7 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
 # What newer builds print when they repair or skip the drafter (log-format notes §10.2-10.3), counted in the report.
 _DRAFTER_REPAIRS = (
     ("stale_trim", "drafter memory found stale and trimmed by llama.cpp"),
-    ("not_mirrored", "sequences the draft mirror gave up on (not mirrored)"),
+    ("not_mirrored", "times the draft mirror gave a sequence up (not mirrored)"),
     ("draft_clamp", "draft size clamped to fit the draft batch"),
     ("draft_rejected", "drafter rows rejected (no draft that round)"),
 )

@@ -140,7 +140,7 @@ def test_the_mirror_giving_a_sequence_up_is_an_event_not_a_failure(tmp_path: Pat
                                    "draft_rejected_again"]
     assert set(ev["seq_id"]) == {0} and set(ev["context"].astype(str)) == {"drafter"}
     assert result.verdict.kind == "draft_stats_only" and not len(result.errors)
-    assert "| sequences the draft mirror gave up on (not mirrored) | 4 |" in markdown_report(result)
+    assert "| times the draft mirror gave a sequence up (not mirrored) | 4 |" in markdown_report(result)
 
 
 # ---- synthetic acceptance (b11434, §10.1) -------------------------------------------------------------------
