@@ -137,6 +137,9 @@ def test_a_synthetic_acceptance_run_is_marked_synthetic() -> None:
     assert "synthetic acceptance" in row and "say nothing about the drafter's quality" in row, row
     assert "| mean accepted length (synthetic) |" in report
     assert triage_row(str(path)).acceptance == "synthetic"
+    both = compare(analyze.parse(FIXTURES / "draft-simple-1slot.log.gz"), analyze.parse(path))
+    line = next(c for c in both.changes if c.startswith("acceptance: "))
+    assert " synthetic (" in line.split(" -> ")[1] and "synthetic" not in line.split(" -> ")[0], line
     # a run without the flag is not
     plain = json.loads(CliRunner().invoke(cli, ["triage", "--json", str(FIXTURES / "draft-simple-1slot.log.gz")]).stdout)
     assert plain["acceptance"]["synthetic"] is False
