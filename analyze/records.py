@@ -84,7 +84,7 @@ class LiveStats:
 
 # draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
 SUMMED_STATS = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
-                "json_draft_accepted", "adaptive_depth")
+                "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
 
 
 def int_or_none(v: Any) -> int | None:

@@ -524,7 +524,8 @@ def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     parts = []
     if acc:
         rate = acc.get("rate")
-        parts.append(f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens accepted"
+        parts.append(("synthetic acceptance, chosen by the server: " if acc.get("synthetic") else "")
+                     + f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens accepted"
                      + (f" ({rate:.1%})" if rate is not None else ""))
     if c.mean_accepted_len is not None:
         parts.append(f"mean accepted length {c.mean_accepted_len:g}")
