@@ -337,6 +337,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*)\) failed", kind="assert",
        extra={"stage": "0"},
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
+    _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
+       kind="assert", builds="ggml 2023 (`GGML_ASSERT: file:line: cond`)", extra={"stage": "0"},
+       # examples: ggml.h's 2023 macro as it printed (fprintf(stderr, "GGML_ASSERT: %s:%d: %s\n", ...))
+       examples=("GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size + view_offs <= ggml_nbytes(view_src)",
+                 "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch")),
     _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
        extra={"stage": "0"},
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
@@ -398,8 +403,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("goroutine", "follow", "goroutine", r"^goroutine (?P<n>\d+) \[running\]",
        examples=("goroutine 60 [running]:",)),
     # the address class holds no lone digit, so the walker can remember frames by their masked text
-    _p("frame", "follow", "#", r"^\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
-       examples=("#3 llama_context::encode(llama_batch const&)",)),
+    # a backtrace pasted with each line's `[pid]` or docker-compose `service |` column in front
+    _p("frame", "follow", "#", r"^(?:\[\d+\]|[\w.-]+\s+\|)?\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
+       examples=("#3 llama_context::encode(llama_batch const&)",
+                 "[60957] #4  0x00007f3c2a1b2c3d in common_speculative_draft(common_speculative*, ...)",
+                 "llama-bee    | #2  0x000055d0c1f2a3b4 in llama_decode ()")),
     # ---- resets (§2.1, §5, §6)
     _p("dflash_clear_stale", "event", "clearing stale drafter KV",
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "

@@ -16,8 +16,22 @@ import re
 from typing import Any
 
 from analyze.attribution import caller_side, frame_side
+from analyze.concepts import code_of, recognise, side_of
 from analyze.devices import LAYOUT_KINDS, Layout, add_device, backend_of
-from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
+from analyze.normalize import (
+    GLUED_LEN,
+    LLAMA_PREFIX,
+    WRAP_CUE,
+    WRAP_WIDTH,
+    llama_seconds,
+    message,
+    parse_prefix,
+    readable,
+    rejoin,
+    split_glued,
+    uncut,
+    unescape,
+)
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -108,6 +122,7 @@ class Walker:
         self._failure: Failure | None = None
         self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
         self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
+        self._prev: tuple[int, str] | None = None  # (line number, text) of the last line `feed` read itself
 
     @property
     def open_failure(self) -> Failure | None:
@@ -144,6 +159,16 @@ class Walker:
         fragment = self._fragment
         for line in lines:
             no += 1
+            if len(line) >= GLUED_LEN and (parts := split_glued(line)) is not None:
+                self.n_lines, self._fragment = no - 1, fragment
+                for part in parts:  # a paste that lost its newlines: its lines, each read as line `no`
+                    self.feed([part])
+                    self.n_lines = no - 1
+                self.n_lines = no
+                in_input, fragment = self._dump == _INPUT, self._fragment
+                continue
+            if line[-1:] == ">":
+                line = uncut(line)
             # batch dumps are most of a debug log: skip the ubatch repeats and token rows cheaply
             if "ubatch_print:" in line:
                 if in_input:
@@ -198,7 +223,11 @@ class Walker:
                 self._mark_drafter()
                 continue
             if not self._match(line, no, hit) and "&" in line and (text := unescape(line)) != line:
-                self._match(text, no, _first(text))  # an HTML-escaped paste: once more on the unescaped text
+                hit = _first(text)
+                self._match(text, no, hit)  # an HTML-escaped paste: once more on the unescaped text
+            if hit is None or hit[0].family == "generic":
+                self._unknown(line, no, hit is None)
+            self._prev = (no, line)
             in_input = self._dump == _INPUT
         self.n_lines = no
         self._fragment = fragment
@@ -223,6 +252,38 @@ class Walker:
             line = rest
             hit = _first(line)
         return found
+
+    def _unknown(self, line: str, no: int, unread: bool) -> None:
+        """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
+        (joined to the line before it and read again), else a failure told in words the table does not know
+        (analyze/concepts.py)."""
+        if unread:
+            prev = self._prev
+            if prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
+                hit = _first(joined)
+                if hit is not None and hit[0].family in _REWRAP and hit[1].end() > len(prev[1]):
+                    _defer(line)
+                    self._match(joined, no, hit)
+                    return
+            if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
+                _defer(line)  # it may be a re-wrapped line's start: the walker must see it every time
+        found = recognise(line)
+        if found is None:
+            return
+        concept, m = found
+        _defer(line)  # the C accelerator remembers lines by their masked text: it must hand these back
+        f = self._failure
+        if f is not None and no - f.last_line <= FAILURE_GAP:
+            f.add_line(no, line)  # a wrapper's words for the failure being assembled
+            return
+        ret = code_of(m)
+        kind = "kv_slot" if ret == 1 and concept.kind == "decode_failed" else concept.kind
+        f = self._open_failure(no, line, kind, 4)
+        f.variant, f.ret = concept.variant, ret
+        side = side_of(line)
+        if side != "unknown":
+            f.component, f.evidence, f.evidence_line = side, message(line), no
+        f.add_line(no, line)
 
     def close(self) -> None:
         self._end_batch()
@@ -609,6 +670,16 @@ def _skim_code(p: Pattern) -> int:
 
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
 _RESCAN = {"block", "failure", "follow"}
+_REWRAP = {"block", "failure", "follow", "event"}  # what a re-wrapped line joined back may be
+
+
+def _defer(line: str) -> None:
+    """Have the C accelerator hand lines with this text (digits masked) to `feed` from now on: the line
+    needs the walker (the start of a re-wrapped line, a failure the concept layer read), which a memo of
+    `no entry` would skip. The exact text is what `_first` then remembers instead."""
+    key = line.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
+    if _FIRST.get(key) != _EXACT:
+        _FIRST[key] = _EXACT
 
 
 def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
