@@ -161,6 +161,19 @@ _CUES = ("decod", "eval", "kv", "slot", "context", "positio", "assert", "abort",
          "signal", "device", "fallen", "memory", "malloc", "oom", "alloc", "load", "full", "exceed", "throwing")
 
 
+BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
+CRASH = BY_NAME["crash_signal"]
+# backtrace frames that only a crash prints: ggml's handlers, the C++ runtime's terminate, libc's abort
+CRASH_FRAMES = frozenset(("ggml_print_backtrace", "ggml_abort", "ggml_uncaught_exception", "std::terminate",
+                          "abort", "__GI_abort", "raise", "__GI_raise", "__pthread_kill_implementation",
+                          "__pthread_kill", "pthread_kill", "__cxa_throw", "_Unwind_Resume"))
+
+
+def crash_frame(fn: str) -> bool:
+    """Whether a backtrace frame's function is one only a crash runs (a paste of frames alone is a crash)."""
+    return fn in CRASH_FRAMES
+
+
 def recognise(line: str) -> tuple[Concept, re.Match[str]] | None:
     """The concept a line names, and its match; None when it names none."""
     low = line.lower()

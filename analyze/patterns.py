@@ -516,6 +516,21 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="draft_stats", builds="server responses (timings), pretty-printed",
        # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them
        examples=('    "draft_n_accepted": 51',)),
+    # statistics a benchmark script or a wrapper prints its own way: a key=value template, or prose
+    _p("template_stats", "event", "acc",
+       r"(?:^|[\s|,;(])draft(?:ed)?(?:[_ ]tokens)?\s*[=:]\s*(?P<generated>\d+)[\s,;|]+"
+       r"acc(?:epted)?(?:[_ ]tokens)?\s*[=:]\s*(?P<accepted>\d+)", kind="draft_stats",
+       builds="benchmark scripts, wrappers",
+       # examples: the first a bench script's per-prompt line (tests/fixtures/blind/batch-1, report 16)
+       examples=("  code_python        pred= 192 draft=  89 acc=  84 rate=0.944 tok/s=52.3",
+                 "request 3: drafted: 120, accepted: 97, tokens/s: 41.2")),
+    _p("prose_stats", "event", " draft",
+       r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
+       r"|(?P<accepted2>\d+) (?:of|out of|/) (?P<generated2>\d+) draft(?:ed)? tokens (?:were )?accepted)",
+       kind="draft_stats", builds="wrappers and reports that word the acceptance in prose",
+       # examples: built to the two orders the wording takes
+       examples=("speculative: accepted 84 of 89 draft tokens (94.4%)",
+                 "84 of 89 drafted tokens were accepted")),
     _p("cli_accept", "event", "n_accept", r"^\s*n_accept\s*=\s*(?P<accepted>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_accept  = 47",)),

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from analyze.attribution import caller_side, frame_side
-from analyze.concepts import code_of, recognise, side_of
+from analyze.concepts import CRASH, Concept, code_of, crash_frame, recognise, side_of
 from analyze.devices import LAYOUT_KINDS, Layout, add_device, backend_of
 from analyze.normalize import (
     GLUED_LEN,
@@ -276,7 +276,9 @@ class Walker:
         if f is not None and no - f.last_line <= FAILURE_GAP:
             f.add_line(no, line)  # a wrapper's words for the failure being assembled
             return
-        ret = code_of(m)
+        self._concept_failure(concept, code_of(m), no, line)
+
+    def _concept_failure(self, concept: Concept, ret: int | None, no: int, line: str) -> None:
         kind = "kv_slot" if ret == 1 and concept.kind == "decode_failed" else concept.kind
         f = self._open_failure(no, line, kind, 4)
         f.variant, f.ret = concept.variant, ret
@@ -498,6 +500,8 @@ class Walker:
     def _follow(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
         f = self._failure
         if f is None or no - f.last_line > FAILURE_GAP:
+            if p.name == "frame" and crash_frame(m["fn"]):  # a backtrace pasted without the line before it
+                self._concept_failure(CRASH, None, no, line)
             return
         side = frame_side(m["fn"]) if p.name == "frame" else p.component
         if side != "unknown" and f.component == "unknown":
