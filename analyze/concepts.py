@@ -82,7 +82,7 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}(?:llama{_S})?decode{_S}(?:error|failed|failure|exception){_code(1)}",
        rf"{_B}llama{_S}decode\w*\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
        rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
-       rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?[1-9]\d{{0,2}}{_E})",
+       rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?\d{{1,3}}{_E})",
        examples=("LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'Error'",
                  "Decode Error 1",
                  "DecodeError(-1)",
@@ -108,7 +108,7 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}SIG(?:SEGV|ABRT|ILL|BUS|FPE){_E}",
        rf"{_B}segmentation{_S}fault|{_B}seg{_S}fault",
        r"illegal instruction|illegal memory access|access violation|core dumped",
-       r"exit (?:status|code) (?:0x)?c0000(?:005|409|01d)|exit (?:status|code) -?1073741819",
+       r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
        r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
        r"^\W*panic: |nil pointer dereference",
@@ -155,10 +155,13 @@ CONCEPTS: tuple[Concept, ...] = (
        not_examples=("I load the model with -m and it works",)),
 )
 
-# every stem any concept needs (lower case): a line without one is not looked at further
-_CUES = ("decod", "eval", "kv", "slot", "context", "positio", "assert", "abort", "sig", "fault", "illegal",
-         "violation", "core dump", "panic", "nil pointer", "exit status", "exit code", "terminat", "crash",
-         "signal", "device", "fallen", "memory", "malloc", "oom", "alloc", "load", "full", "exceed", "throwing")
+# a word one of the concepts' wordings needs (lower case): a line without any is not looked at further, which
+# keeps the layer off the ordinary lines of a healthy log (its slot, draft and loader lines name none)
+_CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "terminat", "crash", "exit status",
+         "exit code", "signal", "sigsegv", "sigabrt", "sigill", "sigbus", "sigfpe", "illegal", "violation", "dumped",
+         "panic", "nil pointer", "lost", "removed", "hung", "hang", "fallen", "memory", "oom", "full", "exceed",
+         "overflow", "mismatch", "inconsistent", "invalid", "consecutive", "continuous", "unable", "could not",
+         "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}

@@ -180,7 +180,7 @@ def split_glued(line: str) -> list[str] | None:
 
 WRAP_WIDTH = 100  # a line re-wrapped by a paste (about 72 columns) is no longer than this
 # words of the lines a re-wrap splits that matter (the X/Y block, failure lines): only lines holding one are joined
-WRAP_CUE = re.compile(r"sequence|position|[XY] =|consecutive|M-RoPE|satisfies|failed|batch|KV|cache|decode|memory")
+WRAP_CUE = re.compile(r"sequence|position|[XY] =|consecutive|M-RoPE|satisfies|failed|KV cache|the KV|memory module")
 
 
 def rejoin(head: str, tail: str) -> str | None:

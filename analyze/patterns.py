@@ -526,7 +526,7 @@ PATTERNS: tuple[Pattern, ...] = (
                  "request 3: drafted: 120, accepted: 97, tokens/s: 41.2")),
     _p("prose_stats", "event", " draft",
        r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
-       r"|(?P<accepted2>\d+) (?:of|out of|/) (?P<generated2>\d+) draft(?:ed)? tokens (?:were )?accepted)",
+       r"|(?P<accepted_n>\d+) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",
        kind="draft_stats", builds="wrappers and reports that word the acceptance in prose",
        # examples: built to the two orders the wording takes
        examples=("speculative: accepted 84 of 89 draft tokens (94.4%)",

@@ -108,8 +108,8 @@ def draft_counts(kind: str, pattern: str, detail: Mapping[str, Any]) -> tuple[in
     if pattern == "draft_acceptance":
         return int_or_none(detail.get("accepted")), int_or_none(detail.get("generated"))
     if pattern in SUMMED_STATS:
-        generated = detail.get("generated", 0) or detail.get("produced", 0) or detail.get("generated2", 0)
-        return int_or_none(detail.get("accepted", 0) or detail.get("accepted2", 0)), int_or_none(generated)
+        generated = detail.get("generated", 0) or detail.get("produced", 0) or detail.get("generated_n", 0)
+        return int_or_none(detail.get("accepted", 0) or detail.get("accepted_n", 0)), int_or_none(generated)
     return None, None
 
 

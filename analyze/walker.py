@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from analyze.attribution import caller_side, frame_side
-from analyze.concepts import CRASH, Concept, code_of, crash_frame, recognise, side_of
+from analyze.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
 from analyze.devices import LAYOUT_KINDS, Layout, add_device, backend_of
 from analyze.normalize import (
     GLUED_LEN,
@@ -151,6 +151,9 @@ class Walker:
             if end < 0:
                 end = n
             feed([text[pos:end]])
+            if end < n and (prev := self._prev) is not None and prev[0] == self.n_lines:
+                pos = end + 1  # the line after a re-wrapped line's possible start is the walker's (see _unknown)
+                continue
             pos = skim(self, text, end + 1) if end < n else n
 
     def feed(self, lines: list[str]) -> None:
@@ -159,16 +162,6 @@ class Walker:
         fragment = self._fragment
         for line in lines:
             no += 1
-            if len(line) >= GLUED_LEN and (parts := split_glued(line)) is not None:
-                self.n_lines, self._fragment = no - 1, fragment
-                for part in parts:  # a paste that lost its newlines: its lines, each read as line `no`
-                    self.feed([part])
-                    self.n_lines = no - 1
-                self.n_lines = no
-                in_input, fragment = self._dump == _INPUT, self._fragment
-                continue
-            if line[-1:] == ">":
-                line = uncut(line)
             # batch dumps are most of a debug log: skip the ubatch repeats and token rows cheaply
             if "ubatch_print:" in line:
                 if in_input:
@@ -212,6 +205,17 @@ class Walker:
                     self._batch(hot.kind, m, no, line)
                 in_input = self._dump == _INPUT
                 continue
+            # paste damage, after the lines the accelerator reads itself (it reads them the same way)
+            if len(line) >= GLUED_LEN and (parts := split_glued(line)) is not None:
+                self.n_lines, self._fragment = no - 1, fragment
+                for part in parts:  # a paste that lost its newlines: its lines, each read as line `no`
+                    self.feed([part])
+                    self.n_lines = no - 1
+                self.n_lines = no
+                in_input, fragment = self._dump == _INPUT, self._fragment
+                continue
+            if line[-1:] == ">":
+                line = uncut(line)
             hit = _first(line)
             if hit is not None and hit[0] is _CANDIDATE:
                 # a draft candidate, about one line in six of a server log: the drafter hint, without the
@@ -227,7 +231,8 @@ class Walker:
                 self._match(text, no, hit)  # an HTML-escaped paste: once more on the unescaped text
             if hit is None or hit[0].family == "generic":
                 self._unknown(line, no, hit is None)
-            self._prev = (no, line)
+            elif hit[0].family == "block" and len(line) <= WRAP_WIDTH:
+                self._prev = (no, line)  # its value may be on the next line (a re-wrap cut it there)
             in_input = self._dump == _INPUT
         self.n_lines = no
         self._fragment = fragment
@@ -257,16 +262,17 @@ class Walker:
         """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
         (joined to the line before it and read again), else a failure told in words the table does not know
         (analyze/concepts.py)."""
-        if unread:
-            prev = self._prev
-            if prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
-                hit = _first(joined)
-                if hit is not None and hit[0].family in _REWRAP and hit[1].end() > len(prev[1]):
-                    _defer(line)
-                    self._match(joined, no, hit)
-                    return
-            if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
-                _defer(line)  # it may be a re-wrapped line's start: the walker must see it every time
+        prev = self._prev
+        if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
+            hit = _first(joined)
+            if hit is not None and hit[0].family in _REWRAP and hit[1].end() > len(prev[1].rstrip()) + 1:
+                self._prev = None
+                self._match(joined, no, hit)
+                return
+        if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
+            # it may be a re-wrapped line's start: the walker sees it, and the line after it, every time
+            self._prev = (no, line)
+            _defer(line)
         found = recognise(line)
         if found is None:
             return
@@ -482,7 +488,8 @@ class Walker:
         f = self._failure
         # each stage (validation, decode, llama_decode, caller, server) prints once per failure;
         # a stage seen again means a new failure (server retries, stage 4, repeat within one)
-        if f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4):
+        if (f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4)
+                or f.variant.startswith(CONCEPT_PREFIX)):  # llama.cpp's own line after a wrapper's: its own failure
             f = self._open_failure(no, line, kind, stage)
             f.variant = p.name
         elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
@@ -674,7 +681,7 @@ def _skim_code(p: Pattern) -> int:
 
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
 _RESCAN = {"block", "failure", "follow"}
-_REWRAP = {"block", "failure", "follow", "event"}  # what a re-wrapped line joined back may be
+_REWRAP = {"block", "failure", "follow"}  # what a re-wrapped line joined back may be
 
 
 def _defer(line: str) -> None:
