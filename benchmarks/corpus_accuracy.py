@@ -6,8 +6,9 @@ one entry per file, `expected` with error_kind, component, seq_id, last_pos_X, b
 with a header block (LABELS.md: everything up to the first line that is exactly `---`) are read with
 `--header`.
 
-Printed: field accuracy (six fields per report, `unsure` skipped), kind accuracy (`unsure` kinds skipped too), and of the failing
-reports how many get a named signature (not `unclassified`) against the target of 80 %; then every miss.
+Printed: field accuracy (six fields per report, `unsure` skipped), kind accuracy (`unsure` skipped too),
+and of the failing reports how many get a named signature (not `unclassified`) against the target of
+80 %; then every miss.
 
     python benchmarks/corpus_accuracy.py [FOLDER ...] [--labels labels.json] [--header] [--json] [--quiet]
 
@@ -77,7 +78,7 @@ def score(folder: Path, labels: dict[str, dict[str, Any]], header: bool = False)
             right += ok
             if not ok:
                 misses.append(f"{name}: {label_key} {got[got_key]!r} != {want!r}")
-        if entry["expected"]["error_kind"] != "unsure":  # like the fields: a label a careful reader could set either way
+        if entry["expected"]["error_kind"] != "unsure":  # like the fields: a label that could go either way
             kinds_total += 1
             kinds += got["kind"] == entry["expected"]["error_kind"]
         if failing(entry):
