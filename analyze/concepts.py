@@ -78,9 +78,18 @@ CONCEPTS: tuple[Concept, ...] = (
                  "Error: KvCacheFull"),
        not_examples=("The kv cache slot layout is described in the docs",
                      "the context was full of useful examples")),
+    _c("compute_failed", "decode_failed",
+       rf"{_B}failed{_S}to{_S}compute{_S}(?:the{_S})?graph",
+       rf"{_B}graph{_S}compute\w*\s+failed",
+       rf"{_B}compute{_S}(?:error|failed|failure)",
+       examples=("process_ubatch: failed to compute graph, compute status: -1",
+                 "ggml_backend_sched_graph_compute_async failed with error -1",
+                 "LLamaDecodeError: ComputeFailed"),
+       not_examples=("compute buffer size = 1.64 MiB, computed in 3 ms",)),
     _c("decode_failed", "decode_failed",
        rf"{_B}(?:llama{_S})?decode{_S}(?:error|failed|failure|exception){_code(1)}",
        rf"{_B}llama{_S}decode\w*\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
+       rf"{_B}llama{_S}decode\w*\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
        rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
        rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?\d{{1,3}}{_E})",
        examples=("LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'Error'",
@@ -88,7 +97,8 @@ CONCEPTS: tuple[Concept, ...] = (
                  "DecodeError(-1)",
                  "RuntimeError: llama_decode failed with code -1",
                  "decode_failed: ret = -3",
-                 "Error: failed to decode prompt"),
+                 "Error: failed to decode prompt",
+                 "llama_decode: ret = -3"),
        not_examples=("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
                      "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
                      "speculative decoding makes decode about twice as fast",
@@ -104,6 +114,14 @@ CONCEPTS: tuple[Concept, ...] = (
                  "terminate called after throwing an instance of 'std::runtime_error'",
                  "Abort trap: 6"),
        not_examples=("I aborted the request after a minute", "the assert is there for a reason")),
+    _c("exception", "assert",
+       rf"{_B}(?:unhandled|uncaught){_S}(?:exception|error|promise{_S}rejection|rejection)",
+       r"^\s+at (?:async )?[\w$<>`\[\]]+(?:\.[\w$<>`\[\]]+)+\s?\(",
+       examples=("Unhandled exception. System.Exception: boom",
+                 "   at LLama.StatelessExecutor.<InferAsync>d__9.MoveNext()",
+                 "    at LlamaContext.evaluate (file:///app/node_modules/node-llama-cpp/dist/index.js:10:5)",
+                 "UnhandledPromiseRejection: This error originated either by throwing inside of an async function"),
+       not_examples=("  at least that is what I saw (twice)", "I looked at e.g. (the docs)")),
     _c("crash_signal", "assert",
        rf"{_B}SIG(?:SEGV|ABRT|ILL|BUS|FPE){_E}",
        rf"{_B}segmentation{_S}fault|{_B}seg{_S}fault",
@@ -153,6 +171,15 @@ CONCEPTS: tuple[Concept, ...] = (
                  "llama_model_load: error loading model architecture: unknown model architecture: 'qwen35'",
                  "ModelLoadError"),
        not_examples=("I load the model with -m and it works",)),
+    # an HTTP error answer from llama-server (its JSON `type` for a 500) or a client that names the status
+    _c("server_error", "error",
+       r"[\'\"]type[\'\"]\s*:\s*[\'\"]server_error",
+       rf"{_B}internal{_S}server{_S}error",
+       examples=('{"error":{"code":500,"message":"The model produced output that does not match",'
+                 '"type":"server_error"}}',
+                 "openai.InternalServerError: Error code: 500",
+                 "HTTP/1.1 500 Internal Server Error"),
+       not_examples=("the server answered 200 OK",)),
 )
 
 # a word one of the concepts' wordings needs (lower case): a line without any is not looked at further, which
@@ -161,7 +188,8 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "exit code", "signal", "sigsegv", "sigabrt", "sigill", "sigbus", "sigfpe", "illegal", "violation", "dumped",
          "panic", "nil pointer", "lost", "removed", "hung", "hang", "fallen", "memory", "oom", "full", "exceed",
          "overflow", "mismatch", "inconsistent", "invalid", "consecutive", "continuous", "unable", "could not",
-         "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned")
+         "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
+         "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}

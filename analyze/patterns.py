@@ -393,8 +393,10 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("3.01.002.004 E srv  update_slots: decode() failed: Invalid input batch.",)),
     _p("send_error", "follow", "send_error", r"send_error: task id = (?P<task>\d+), error: (?P<msg>.*)",
        examples=("srv    send_error: task id = 297, error: Invalid input batch.",)),
-    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>\d+)",
-       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",)),
+    # alone (no failure open) it is an error of its own: the caller asked for logits the batch did not output
+    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>-?\d+)", extra={"alone": "error"},
+       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",
+                 "[2025-07-03 19:48:39.319779] E get_logits_ith: invalid logits id -1, reason: no logits")),
     _p("kobold_predict_failed", "follow", "Failed to predict",
        r"Failed to predict at token position (?P<pos>\d+)", builds="koboldcpp (after its llama_decode fails)",
        examples=("Failed to predict at token position 15480! Check your context buffer sizes!",)),
@@ -517,13 +519,16 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them
        examples=('    "draft_n_accepted": 51',)),
     # statistics a benchmark script or a wrapper prints its own way: a key=value template, or prose
-    _p("template_stats", "event", "acc",
-       r"(?:^|[\s|,;(])draft(?:ed)?(?:[_ ]tokens)?\s*[=:]\s*(?P<generated>\d+)[\s,;|]+"
-       r"acc(?:epted)?(?:[_ ]tokens)?\s*[=:]\s*(?P<accepted>\d+)", kind="draft_stats",
-       builds="benchmark scripts, wrappers",
-       # examples: the first a bench script's per-prompt line (tests/fixtures/blind/batch-1, report 16)
+    _p("template_stats", "event", "cc",
+       r"(?:^|[\s|,;(])(?:draft(?:ed)?(?:[_ ]tokens)?\s*[=:]\s*(?P<generated>\d+)[\s,;|]+"
+       r"acc(?:epted)?(?:[_ ]tokens)?\s*[=:]\s*(?P<accepted>\d+)"
+       r"|Accepted:\s*(?P<accepted_n>\d+) tokens, Drafted:\s*(?P<generated_n>\d+) tokens)", kind="draft_stats",
+       builds="benchmark scripts, wrappers, vLLM's SpecDecoding metrics",
+       # examples: a bench script's per-prompt line (tests/fixtures/blind/batch-1, report 16) and vLLM's metrics
+       # line (batch-2, report 19), both cut; the second built to the same template
        examples=("  code_python        pred= 192 draft=  89 acc=  84 rate=0.944 tok/s=52.3",
-                 "request 3: drafted: 120, accepted: 97, tokens/s: 41.2")),
+                 "request 3: drafted: 120, accepted: 97, tokens/s: 41.2",
+                 "(APIServer pid=1) INFO 05-04 01:06:43 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.91, Accepted: 632 tokens, Drafted: 1655 tokens")),
     _p("prose_stats", "event", " draft",
        r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
        r"|(?P<accepted_n>\d+) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",

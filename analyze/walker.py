@@ -509,6 +509,10 @@ class Walker:
         if f is None or no - f.last_line > FAILURE_GAP:
             if p.name == "frame" and crash_frame(m["fn"]):  # a backtrace pasted without the line before it
                 self._concept_failure(CRASH, None, no, line)
+            elif kind := p.extra.get("alone"):  # a line that is a failure of its own where none is open
+                f = self._open_failure(no, line, kind, 0)
+                f.variant = p.name
+                f.add_line(no, line)
             return
         side = frame_side(m["fn"]) if p.name == "frame" else p.component
         if side != "unknown" and f.component == "unknown":
@@ -522,7 +526,9 @@ class Walker:
         self._failure = None
         if f.component == "unknown" and self._hint is not None:
             h_line, h_comp, h_text = self._hint
-            if 0 < f.line - h_line <= HINT_GAP:
+            # a draft context being loaded names the side of a start-up failure, not of a decode that fails
+            startup = f.kind in _DECODE_KINDS and _DRAFT_INIT.search(h_text) is not None
+            if 0 < f.line - h_line <= HINT_GAP and not startup:
                 f.component, f.evidence, f.evidence_line = h_comp, message(h_text), h_line
         # a failure that names no sequence takes the one a warning named just before it (find_slot)
         if f.seq_id is None and self._seq_hint is not None and 0 <= f.line - self._seq_hint[0] <= HINT_GAP:
@@ -748,6 +754,8 @@ _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(
 if any(c.isdigit() or not c.isascii() for a in _DIGIT_SENSITIVE for c in a):
     raise ImportError("a digit-sensitive anchor holds a digit: _first can no longer test it on the masked text")
 _PREFIX_AT_START = LLAMA_PREFIX.match
+_DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
+_DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex
 _FLAGS = BY_NAME["flags"].regex
 _CANDIDATE = BY_NAME["draft_candidate"]
