@@ -87,7 +87,7 @@ CONCEPTS: tuple[Concept, ...] = (
                  "LLamaDecodeError: ComputeFailed"),
        not_examples=("compute buffer size = 1.64 MiB, computed in 3 ms",)),
     _c("decode_failed", "decode_failed",
-       rf"{_B}(?:llama{_S})?decode{_S}(?:error|failed|failure|exception){_code(1)}",
+       rf"{_B}(?:llama{_S})?(?:decode|eval){_S}(?:has{_S}|was{_S})?(?:error|failed|failure|exception){_code(1)}",
        rf"{_B}llama{_S}decode\w*\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
        rf"{_B}llama{_S}decode\w*\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
        rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
@@ -98,7 +98,8 @@ CONCEPTS: tuple[Concept, ...] = (
                  "RuntimeError: llama_decode failed with code -1",
                  "decode_failed: ret = -3",
                  "Error: failed to decode prompt",
-                 "llama_decode: ret = -3"),
+                 "llama_decode: ret = -3",
+                 "Error: Eval has failed"),
        not_examples=("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
                      "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
                      "speculative decoding makes decode about twice as fast",
@@ -129,13 +130,16 @@ CONCEPTS: tuple[Concept, ...] = (
        r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
        r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
-       r"^\W*panic: |nil pointer dereference",
+       r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
+       r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
        examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
                  "Thread 1 received signal SIGSEGV, Segmentation fault.",
                  "Error: llama runner process has terminated: exit status 0xc0000409",
                  "zsh: segmentation fault  ./llama-server -m model.gguf",
-                 "panic: runtime error: invalid memory address or nil pointer dereference"),
-       not_examples=("no crash so far, the signal handler is installed",)),
+                 "panic: runtime error: invalid memory address or nil pointer dereference",
+                 "Killed",
+                 "thread 'main' panicked at src/main.rs:42:5:"),
+       not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
        r"VK_ERROR_DEVICE_LOST|DXGI_ERROR_DEVICE_(?:REMOVED|HUNG|RESET)",
@@ -146,7 +150,9 @@ CONCEPTS: tuple[Concept, ...] = (
                  "NVRM: Xid 79, GPU has fallen off the bus."),
        not_examples=("Is there a device list option?",)),
     _c("out_of_memory", "error",
-       rf"{_B}out{_S}of{_S}(?:device{_S}|gpu{_S}|video{_S}|host{_S})?memory",
+       rf"out{_S}of{_S}(?:device{_S}|gpu{_S}|video{_S}|host{_S}|system{_S})?memory",  # inside CamelCase names too
+       rf"{_B}(?:not{_S}enough|insufficient){_S}(?:free{_S})?(?:device{_S}|gpu{_S}|video{_S}|system{_S})?memory",
+       rf"{_B}requires{_S}more{_S}(?:system{_S}|gpu{_S}|video{_S})?memory",
        r"cudaMalloc failed|cudaErrorMemoryAllocation|hipErrorOutOfMemory|ErrorOutOfDeviceMemory",
        rf"{_B}failed{_S}to{_S}allocate\w*\s+(?:[\w.]+\s+)?(?:buffer|memory|\d+(?:\.\d+)?\s*MiB)",
        rf"{_B}OOM(?:{_S}killed|{_S}error)?{_E}",
@@ -155,7 +161,9 @@ CONCEPTS: tuple[Concept, ...] = (
                  "out of memory",
                  "ggml_vulkan: Device memory allocation of size 1073741824 failed. ErrorOutOfDeviceMemory",
                  "llama_kv_cache: failed to allocate buffer for kv cache",
-                 "OutOfMemoryError"),
+                 "OutOfMemoryError",
+                 "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+                 "Error: model requires more system memory (12.4 GiB) than is available (7.9 GiB)"),
        not_examples=("it uses about 5 GB of memory",)),
     _c("load_failed", "load",
        rf"{_B}(?:failed|unable|could{_S}not|cannot|can't|couldn't){_S}(?:to{_S})?load{_S}(?:the{_S})?"
@@ -189,7 +197,8 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "panic", "nil pointer", "lost", "removed", "hung", "hang", "fallen", "memory", "oom", "full", "exceed",
          "overflow", "mismatch", "inconsistent", "invalid", "consecutive", "continuous", "unable", "could not",
          "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
-         "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ")
+         "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
+         "not enough", "killed", "panicked", "bus error", "floating point")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
