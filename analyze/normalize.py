@@ -178,7 +178,7 @@ def split_glued(line: str) -> list[str] | None:
     return None
 
 
-WRAP_WIDTH = 100  # a line re-wrapped by a paste (about 72 columns) is no longer than this
+WRAP_WIDTH = 120  # a line re-wrapped by a paste (about 72 columns) is no longer than this
 # words of the lines a re-wrap splits that matter (the X/Y block, failure lines): only lines holding one are joined
 WRAP_CUE = re.compile(r"sequence|position|[XY] =|consecutive|M-RoPE|satisfies|failed|KV cache|the KV|memory module")
 
@@ -187,7 +187,7 @@ def rejoin(head: str, tail: str) -> str | None:
     """`head` and the line after it as the one line a paste re-wrapped into two (`... for sequence 0` then
     `is X = 259`): the tail's own prefixes (a quote, a service name) dropped. None when the two cannot be one
     line: either is long, empty, or neither holds a word the joined line would be read for."""
-    if len(head) > WRAP_WIDTH or len(tail) > WRAP_WIDTH:
+    if len(head) > 2 * WRAP_WIDTH or len(tail) > WRAP_WIDTH:  # a head may be two pieces joined already
         return None
     rest = tail[parse_prefix(tail).start:].strip()
     body = head.rstrip()

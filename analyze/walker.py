@@ -266,18 +266,20 @@ class Walker:
         if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
             hit = _first(joined)
             if hit is not None and hit[0].family in _REWRAP and hit[1].end() > len(prev[1].rstrip()) + 1:
-                self._prev = None
+                # a block line's value may still be on the next line (a line re-wrapped into three or more)
+                self._prev = (no, joined) if hit[0].family == "block" and len(joined) <= 2 * WRAP_WIDTH else None
                 self._match(joined, no, hit)
+                return
+            if hit is None and len(joined) <= 2 * WRAP_WIDTH and WRAP_CUE.search(joined) is not None:
+                self._prev = (no, joined)  # a line re-wrapped into three or more: the next may go on with it
                 return
         if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
             # it may be a re-wrapped line's start: the walker sees it, and the line after it, every time
             self._prev = (no, line)
-            _defer(line)
         found = recognise(line)
         if found is None:
             return
         concept, m = found
-        _defer(line)  # the C accelerator remembers lines by their masked text: it must hand these back
         f = self._failure
         if f is not None and no - f.last_line <= FAILURE_GAP:
             f.add_line(no, line)  # a wrapper's words for the failure being assembled
@@ -690,15 +692,6 @@ _RESCAN = {"block", "failure", "follow"}
 _REWRAP = {"block", "failure", "follow"}  # what a re-wrapped line joined back may be
 
 
-def _defer(line: str) -> None:
-    """Have the C accelerator hand lines with this text (digits masked) to `feed` from now on: the line
-    needs the walker (the start of a re-wrapped line, a failure the concept layer read), which a memo of
-    `no entry` would skip. The exact text is what `_first` then remembers instead."""
-    key = line.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS)
-    if _FIRST.get(key) != _EXACT:
-        _FIRST[key] = _EXACT
-
-
 def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
     """The first entry of the table that matches the line (its anchor first, then its regex).
 
@@ -727,12 +720,22 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
             return p, m
     if len(_FIRST) > 20_000:
         _FIRST.clear()
+    # a line nothing (or only the generic entry) reads may still need the walker (see _needs_walker): the C
+    # accelerator skips what its memo says is no entry's or generic, so such a line is remembered by its text
+    masked = isinstance(key, bytes)
     for i, (anchor, search, p) in enumerate(_TABLE):
         if anchor in line and (m := search(line)) is not None:
-            _FIRST[key] = i
+            _FIRST[key] = _EXACT if masked and p.family == "generic" and _needs_walker(line) else i
             return p, m
-    _FIRST[key] = -1
+    _FIRST[key] = _EXACT if masked and _needs_walker(line) else -1
     return None
+
+
+def _needs_walker(line: str) -> bool:
+    """Whether a line no entry reads but the generic one means something to the walker: a re-wrapped line's
+    possible start (`_unknown`), or a failure the concept layer reads. Decided by its text alone, digits aside,
+    so every line with the same masked text gets the same answer."""
+    return (len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None) or recognise(line) is not None
 
 
 def _digit_sensitive(p: Pattern) -> bool:
