@@ -130,6 +130,7 @@ CONCEPTS: tuple[Concept, ...] = (
        r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
        r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
+       r"(?:model|server|runner|process|engine) has crashed|process no longer running",
        r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
        r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
        examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
@@ -138,7 +139,9 @@ CONCEPTS: tuple[Concept, ...] = (
                  "zsh: segmentation fault  ./llama-server -m model.gguf",
                  "panic: runtime error: invalid memory address or nil pointer dereference",
                  "Killed",
-                 "thread 'main' panicked at src/main.rs:42:5:"),
+                 "thread 'main' panicked at src/main.rs:42:5:",
+                 "The model has crashed without additional information. (Exit code: 18446744072635812000)",
+                 "Error: llama runner process no longer running: -1 "),
        not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
@@ -165,6 +168,14 @@ CONCEPTS: tuple[Concept, ...] = (
                  "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
                  "Error: model requires more system memory (12.4 GiB) than is available (7.9 GiB)"),
        not_examples=("it uses about 5 GB of memory",)),
+    # a GPU backend's own error line (CUDA's is the table's `cuda_error`): the backend aborts after it
+    _c("backend_error", "assert",
+       r"(?:^|[^A-Za-z])(?:HIP|ROCm|SYCL|MUSA|CANN|Metal|Vulkan|OpenCL) error\b",
+       r"hipError\w+|VK_ERROR_\w+|UR_RESULT_ERROR_\w+",
+       examples=("ROCm error: invalid device function",
+                 "SYCL error: CHECK_TRY_ERROR((*stream).memcpy(...).wait()): Exception caught in this line of code.",
+                 "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
+       not_examples=("built with the ROCm backend, no error so far",)),
     _c("load_failed", "load",
        rf"{_B}(?:failed|unable|could{_S}not|cannot|can't|couldn't){_S}(?:to{_S})?load{_S}(?:the{_S})?"
        rf"(?:draft{_S}|target{_S}|main{_S}|mtp{_S}|eagle\d?{_S})?(?:model|drafter|gguf)",
@@ -198,7 +209,8 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "overflow", "mismatch", "inconsistent", "invalid", "consecutive", "continuous", "unable", "could not",
          "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
          "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
-         "not enough", "killed", "panicked", "bus error", "floating point")
+         "not enough", "killed", "panicked", "no longer running", "vk_error", "ur_result", "bus error",
+         "floating point")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
