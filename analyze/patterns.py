@@ -361,6 +361,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*)\) failed", kind="assert",
        extra={"stage": "0"},
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
+    _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
+       kind="assert", builds="ggml 2023 (`GGML_ASSERT: file:line: cond`)", extra={"stage": "0"},
+       # examples: ggml.h's 2023 macro as it printed (fprintf(stderr, "GGML_ASSERT: %s:%d: %s\n", ...))
+       examples=("GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size + view_offs <= ggml_nbytes(view_src)",
+                 "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch")),
     _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
        extra={"stage": "0"},
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
@@ -412,8 +417,10 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("3.01.002.004 E srv  update_slots: decode() failed: Invalid input batch.",)),
     _p("send_error", "follow", "send_error", r"send_error: task id = (?P<task>\d+), error: (?P<msg>.*)",
        examples=("srv    send_error: task id = 297, error: Invalid input batch.",)),
-    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>\d+)",
-       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",)),
+    # alone (no failure open) it is an error of its own: the caller asked for logits the batch did not output
+    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>-?\d+)", extra={"alone": "error"},
+       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",
+                 "[2025-07-03 19:48:39.319779] E get_logits_ith: invalid logits id -1, reason: no logits")),
     _p("kobold_predict_failed", "follow", "Failed to predict",
        r"Failed to predict at token position (?P<pos>\d+)", builds="koboldcpp (after its llama_decode fails)",
        examples=("Failed to predict at token position 15480! Check your context buffer sizes!",)),
@@ -422,8 +429,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("goroutine", "follow", "goroutine", r"^goroutine (?P<n>\d+) \[running\]",
        examples=("goroutine 60 [running]:",)),
     # the address class holds no lone digit, so the walker can remember frames by their masked text
-    _p("frame", "follow", "#", r"^\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
-       examples=("#3 llama_context::encode(llama_batch const&)",)),
+    # a backtrace pasted with each line's `[pid]` or docker-compose `service |` column in front
+    _p("frame", "follow", "#", r"^(?:\[\d+\]|[\w.-]+\s+\|)?\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
+       examples=("#3 llama_context::encode(llama_batch const&)",
+                 "[60957] #4  0x00007f3c2a1b2c3d in common_speculative_draft(common_speculative*, ...)",
+                 "llama-bee    | #2  0x000055d0c1f2a3b4 in llama_decode ()")),
     # ---- resets (§2.1, §5, §6)
     _p("dflash_clear_stale", "event", "clearing stale drafter KV",
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "
@@ -610,6 +620,24 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="draft_stats", builds="server responses (timings), pretty-printed",
        # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them
        examples=('    "draft_n_accepted": 51',)),
+    # statistics a benchmark script or a wrapper prints its own way: a key=value template, or prose
+    _p("template_stats", "event", "cc",
+       r"(?:^|[\s|,;(])(?:draft(?:ed)?(?:[_ ]tokens)?\s*[=:]\s*(?P<generated>\d+)[\s,;|]+"
+       r"acc(?:epted)?(?:[_ ]tokens)?\s*[=:]\s*(?P<accepted>\d+)"
+       r"|Accepted:\s*(?P<accepted_n>\d+) tokens, Drafted:\s*(?P<generated_n>\d+) tokens)", kind="draft_stats",
+       builds="benchmark scripts, wrappers, vLLM's SpecDecoding metrics",
+       # examples: a bench script's per-prompt line (tests/fixtures/blind/batch-1, report 16) and vLLM's metrics
+       # line (batch-2, report 19), both cut; the second built to the same template
+       examples=("  code_python        pred= 192 draft=  89 acc=  84 rate=0.944 tok/s=52.3",
+                 "request 3: drafted: 120, accepted: 97, tokens/s: 41.2",
+                 "(APIServer pid=1) INFO 05-04 01:06:43 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.91, Accepted: 632 tokens, Drafted: 1655 tokens")),
+    _p("prose_stats", "event", " draft",
+       r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
+       r"|(?P<accepted_n>\d+) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",
+       kind="draft_stats", builds="wrappers and reports that word the acceptance in prose",
+       # examples: built to the two orders the wording takes
+       examples=("speculative: accepted 84 of 89 draft tokens (94.4%)",
+                 "84 of 89 drafted tokens were accepted")),
     _p("cli_accept", "event", "n_accept", r"^\s*n_accept\s*=\s*(?P<accepted>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_accept  = 47",)),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from analyze.concepts import CONCEPT_PREFIX
 from analyze.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from analyze.records import SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
 
@@ -39,6 +40,8 @@ class Verdict:
     acceptance: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
+    # "low" when only the failure-concept layer (analyze/concepts.py) read the failure: a wrapper's wording
+    confidence: str = "high"
     truncated: bool = False  # the input was read only in part: what is missing may hold more
     # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
@@ -175,6 +178,13 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source, "truncated": truncated, "stale_trims": trims}
     speculative, whole_log = bool(meta.get("speculative")), not truncated
+    # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's)
+    by_table = errors[~errors.variant.fillna("").str.startswith(CONCEPT_PREFIX)]
+    if len(by_table) < len(errors):
+        if by_table.empty:
+            base["confidence"] = "low"
+        else:
+            errors = by_table
     if not pos.empty:
         complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]
         first = complete.iloc[0] if not complete.empty else pos.iloc[0]
@@ -230,6 +240,8 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
+        if base.get("confidence") == "low":
+            summary += " Read from a wrapper's wording of the failure (lower confidence): see the evidence line."
         evidence = _evidence(errors, first)
         _add_line(evidence, comp_line, errors)
         return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary, evidence,
