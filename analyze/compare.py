@@ -38,6 +38,7 @@ class Side:
     generated: int | None
     mean_accepted_len: float | None
     n_verify_steps: int
+    synthetic_acceptance: bool = False  # the server chose what was accepted (--spec-synth-len): not the drafter's
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ def side(result: ParseResult, source: str) -> Side:
         target_max=_last_max(result, "target"), drafter_max=_last_max(result, "drafter"),
         acceptance_rate=acc.get("rate"), accepted=acc.get("accepted"), generated=acc.get("generated"),
         mean_accepted_len=c.mean_accepted_len, n_verify_steps=c.n_verify_steps,
+        synthetic_acceptance=bool(acc.get("synthetic")),
     )
 
 
@@ -96,8 +98,10 @@ def _changes(a: Side, b: Side) -> list[str]:
         out.append(f"drafter: {steps[a.drafter_in_step]} ({_pct(a.in_step_fraction)} of {a.n_cycles} cycles) -> "
                    f"{steps[b.drafter_in_step]} ({_pct(b.in_step_fraction)} of {b.n_cycles} cycles)")
     if a.acceptance_rate is not None or b.acceptance_rate is not None:
-        out.append(f"acceptance: {_pct(a.acceptance_rate)} ({a.accepted}/{a.generated}) -> "
-                   f"{_pct(b.acceptance_rate)} ({b.accepted}/{b.generated})")
+        made_up = {True: " synthetic", False: ""}
+        out.append(f"acceptance: {_pct(a.acceptance_rate)}{made_up[a.synthetic_acceptance]} "
+                   f"({a.accepted}/{a.generated}) -> {_pct(b.acceptance_rate)}{made_up[b.synthetic_acceptance]} "
+                   f"({b.accepted}/{b.generated})")
     if a.mean_accepted_len is not None or b.mean_accepted_len is not None:
         out.append(f"mean accepted length: {a.mean_accepted_len} -> {b.mean_accepted_len}")
     if a.n_verify_steps or b.n_verify_steps:

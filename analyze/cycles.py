@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.definitions import CYCLE_BOUNDARIES
-from analyze.records import detail_of
+from analyze.records import detail_of, int_or_none
 from analyze.spec import NONE, keeping
 
 if TYPE_CHECKING:
@@ -173,3 +173,34 @@ def cycle_stats(result: ParseResult) -> CycleStats:
     n_steps, mean_len, per_pos = _acceptance_details(result)
     rate = (result.verdict.acceptance or {}).get("rate")
     return CycleStats(n, good, source, first_bad, last, n_steps, mean_len, rate, per_pos)
+
+
+# ---- adaptive draft depth over time, per slot (`--spec-type draft-mtp-adaptive`): how many tokens the drafter
+# drafts, from each `adaptive n : A -> B (seq S, ...)` or `adaptive draft depth seq S: A -> B (...)` line
+DEPTH_PATTERNS = ("adaptive_depth", "adaptive_depth_seq")
+DEPTH_COLUMNS = ["line", "t", "seq_id", "depth_from", "depth", "n_draft", "n_accepted"]
+
+
+def depth_series(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per depth change, in log order: the slot's depth before and after it, and the draft that decided."""
+    rows = events[events["pattern"].isin(DEPTH_PATTERNS)].reset_index(drop=True)
+    details = [detail_of(text) for text in rows["detail"]]
+    return pd.DataFrame({
+        "line": rows["line"].astype("Int64"),
+        "t": rows["t"].astype("float64"),
+        "seq_id": rows["seq_id"].astype("Int64"),
+        "depth_from": pd.array([int_or_none(d.get("n_from")) for d in details], dtype="Int64"),
+        "depth": pd.array([int_or_none(d.get("n_to")) for d in details], dtype="Int64"),
+        "n_draft": rows["generated"].astype("Int64"),
+        "n_accepted": rows["accepted"].astype("Int64"),
+    }, columns=DEPTH_COLUMNS)
+
+
+def depth_text(series: pd.DataFrame) -> str:
+    """Per slot: its first and last depth and how often it changed (`seq 0: 1 -> 4, 12 changes`)."""
+    parts = []
+    for seq, rows in series.groupby("seq_id", sort=True):
+        n = len(rows)
+        parts.append(f"seq {seq}: {rows['depth_from'].iloc[0]} -> {rows['depth'].iloc[-1]}, "
+                     f"{n} change{'s' if n != 1 else ''}")
+    return "; ".join(parts)

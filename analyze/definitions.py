@@ -8,7 +8,14 @@ import pandas as pd
 # that fell between two find_slot lines (kv_drop), the target rolled back to a context checkpoint
 # (checkpoint_restore). The verdict counts these, the charts and the trace mark these: one set, so a
 # dashboard's reset count is the number of reset markers it draws.
-RESET_KINDS = ("reset", "kv_drop", "checkpoint_restore")
+# A stale drafter trimmed by llama.cpp itself (stale_trim, the draft mirror and MTP) is one too.
+RESET_KINDS = ("reset", "kv_drop", "checkpoint_restore", "stale_trim")
+
+# The command-line flags of b11434's synthetic acceptance: the server, not the drafter, decides what is accepted.
+SYNTHETIC_FLAGS = ("--spec-synth-len", "--spec-synth-rates")
+# What every view says beside such a run's acceptance numbers, instead of presenting them as the drafter's.
+SYNTHETIC_NOTE = ("synthetic acceptance (--spec-synth-len/--spec-synth-rates, for benchmarking): the server chose "
+                  "which drafts were accepted, so these numbers say nothing about the drafter's quality")
 
 # Where a draft/verify cycle cannot span: a new request or a reset (the target decodes first after it).
 CYCLE_BOUNDARIES = ("new_prompt", "stop", "prompt_done", *RESET_KINDS)

@@ -22,6 +22,7 @@ _OUTER = re.compile(
     r"|(?P<fence>`+)"
     r"|(?P<journal_mon>[A-Z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
     r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
+    r"(?:\S+ [\w.@-]+\[\d+\]: )?"  # journalctl -o short-iso: the host and unit[pid] after the date
     r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
     r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
     r"|\[(?P<tag>\d{1,7})\] "
@@ -131,6 +132,68 @@ def parse_prefix(line: str) -> Prefix:
         pos = m.end()
     out.start = pos
     return out
+
+
+# journalctl's own prefix (short and short-iso): its lines are cut at the terminal width and end in `>`
+_JOURNAL = re.compile(r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ [\w.@-]+\[\d+\]: ")
+_CUT_WORD = re.compile(r"\S*>$")
+
+
+def uncut(line: str) -> str:
+    """A journald line cut at the terminal width (its end replaced by `>`) without its cut last word: a
+    number cut there (`is X = 25>` of `X = 2590`) would read as a wrong value. Any other line as it is."""
+    if line.endswith(">") and _JOURNAL.match(line) is not None:
+        return _CUT_WORD.sub("", line)
+    return line
+
+
+# Where a paste that lost its newlines glued the next line on: a line prefix seen again mid-line (llama.cpp's
+# own, a date, a journald prefix, a docker-compose service column). A line is split at these only when one kind
+# comes back at least GLUED_MIN times: a single match is a value inside a message.
+GLUED_LEN = 400  # shorter lines are never looked at
+GLUED_MIN = 3
+_GLUED = (
+    re.compile(r"(?:^|\s)(\d+\.\d\d\.\d{3}\.\d{3} [IWED] )"),
+    re.compile(r"(?:^|\s)(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)"),
+    re.compile(r"(?:^|\s)([A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )"),
+    re.compile(r"(?:^|\s)([A-Za-z0-9][\w.-]*\s+\| )"),
+)
+
+
+def split_glued(line: str) -> list[str] | None:
+    """A line that holds many log lines (a paste that lost its newlines: a whole docker-compose log on one
+    line) as those lines; None for an ordinary line."""
+    if len(line) < GLUED_LEN:
+        return None
+    for rx in _GLUED:
+        starts = [m.start(1) for m in rx.finditer(line)]
+        if rx is _GLUED[3]:  # a service column: the same name every time
+            names = [line[i: line.index("|", i)].strip() for i in starts]
+            top = max(set(names), key=names.count) if names else ""
+            starts = [i for i, n in zip(starts, names, strict=True) if n == top]
+        if len(starts) >= GLUED_MIN:
+            cuts = ([0] if starts[0] > 0 else []) + starts + [len(line)]
+            parts = [line[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False)]
+            return [p for p in parts if p]
+    return None
+
+
+WRAP_WIDTH = 120  # a line re-wrapped by a paste (about 72 columns) is no longer than this
+# words of the lines a re-wrap splits that matter (the X/Y block, failure lines): only lines holding one are joined
+WRAP_CUE = re.compile(r"sequence|position|[XY] =|consecutive|M-RoPE|satisfies|failed|KV cache|the KV|memory module")
+
+
+def rejoin(head: str, tail: str) -> str | None:
+    """`head` and the line after it as the one line a paste re-wrapped into two (`... for sequence 0` then
+    `is X = 259`): the tail's own prefixes (a quote, a service name) dropped. None when the two cannot be one
+    line: either is long, empty, or neither holds a word the joined line would be read for."""
+    if len(head) > 2 * WRAP_WIDTH or len(tail) > WRAP_WIDTH:  # a head may be two pieces joined already
+        return None
+    rest = tail[parse_prefix(tail).start:].strip()
+    body = head.rstrip()
+    if not rest or not body or (WRAP_CUE.search(rest) is None and WRAP_CUE.search(body) is None):
+        return None
+    return f"{body} {rest}"
 
 
 def message(line: str) -> str:

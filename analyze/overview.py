@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from analyze.definitions import SYNTHETIC_NOTE
 from analyze.positions import Divergence, choose_axis, first_divergence
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ class Overview:
         if not a:
             return "not in the log"
         rate = f"{a['rate']:.1%}" if a.get("rate") is not None else "n/a"
-        return f"{rate} ({a.get('accepted')} accepted / {a.get('generated')} drafted)"
+        text = f"{rate} ({a.get('accepted')} accepted / {a.get('generated')} drafted)"
+        return f"{text}: {SYNTHETIC_NOTE}" if a.get("synthetic") else text
 
 
 def overview(result: ParseResult) -> Overview:

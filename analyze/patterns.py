@@ -297,6 +297,30 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",
        extra={"stage": "1"},
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
+    # ---- newer upstream and b11434 (log-format notes §10): failures of their own wording
+    _p("draft_trim_failed", "failure", "failed to trim draft memory",
+       r"failed to trim draft memory for sequence (?P<seq>\d+)", kind="error", component="drafter",
+       builds="upstream MTP (newer than b11434)", extra={"stage": "0"},
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.000.000 E spec flush_deferr: failed to trim draft memory for sequence 0",)),
+    _p("chain_process_failed", "failure", "llama_process(chain) returned",
+       rf"llama_process\(chain\) returned (?P<ret>{INT})", kind="decode_failed", component="drafter",
+       builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)", extra={"stage": "3"},
+       # examples: built to the log-format notes §10.3
+       examples=("0.02.000.000 E llama_process(chain) returned -1",)),
+    _p("adaptive_range_abort", "failure", "invalid adaptive draft range",
+       r"invalid adaptive draft range(?:: (?P<cond>.*))?", kind="assert", builds="upstream draft-mtp-adaptive (newer)",
+       extra={"stage": "0"},
+       # examples: built to the log-format notes §10.3 (its detail after the colon not given there)
+       examples=("common/speculative.cpp:1500: invalid adaptive draft range: n_min = 4 > n_max = 2",)),
+    _p("synthetic_bad_args", "failure", "synthetic acceptance",
+       r"synthetic acceptance (?P<cond>length and rates are mutually exclusive|rates must be monotonically "
+       r"non-increasing|requires at least one speculative token)", kind="error",
+       builds="b11434 --spec-synth-len/--spec-synth-rates, at start-up", extra={"stage": "0"},
+       # examples: built to the log-format notes §10.1
+       examples=("error: synthetic acceptance length and rates are mutually exclusive",
+                 "error: synthetic acceptance rates must be monotonically non-increasing",
+                 "error: synthetic acceptance requires at least one speculative token")),
     _p("rc_failed", "failure", "rc=", rf"\bfailed\b[^\n]*?\brc=(?P<ret>{INT})", kind="decode_failed",
        extra={"stage": "3"},
        # examples: any other call that failed with an rc= (no capture has one)
@@ -337,6 +361,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*)\) failed", kind="assert",
        extra={"stage": "0"},
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
+    _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
+       kind="assert", builds="ggml 2023 (`GGML_ASSERT: file:line: cond`)", extra={"stage": "0"},
+       # examples: ggml.h's 2023 macro as it printed (fprintf(stderr, "GGML_ASSERT: %s:%d: %s\n", ...))
+       examples=("GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size + view_offs <= ggml_nbytes(view_src)",
+                 "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch")),
     _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
        extra={"stage": "0"},
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
@@ -388,8 +417,10 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("3.01.002.004 E srv  update_slots: decode() failed: Invalid input batch.",)),
     _p("send_error", "follow", "send_error", r"send_error: task id = (?P<task>\d+), error: (?P<msg>.*)",
        examples=("srv    send_error: task id = 297, error: Invalid input batch.",)),
-    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>\d+)",
-       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",)),
+    # alone (no failure open) it is an error of its own: the caller asked for logits the batch did not output
+    _p("invalid_logits", "follow", "invalid logits id", r"invalid logits id (?P<i>-?\d+)", extra={"alone": "error"},
+       examples=("get_logits_ith: invalid logits id 2, reason: batch.logits[2] != true",
+                 "[2025-07-03 19:48:39.319779] E get_logits_ith: invalid logits id -1, reason: no logits")),
     _p("kobold_predict_failed", "follow", "Failed to predict",
        r"Failed to predict at token position (?P<pos>\d+)", builds="koboldcpp (after its llama_decode fails)",
        examples=("Failed to predict at token position 15480! Check your context buffer sizes!",)),
@@ -398,8 +429,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("goroutine", "follow", "goroutine", r"^goroutine (?P<n>\d+) \[running\]",
        examples=("goroutine 60 [running]:",)),
     # the address class holds no lone digit, so the walker can remember frames by their masked text
-    _p("frame", "follow", "#", r"^\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
-       examples=("#3 llama_context::encode(llama_batch const&)",)),
+    # a backtrace pasted with each line's `[pid]` or docker-compose `service |` column in front
+    _p("frame", "follow", "#", r"^(?:\[\d+\]|[\w.-]+\s+\|)?\s*#(?P<n>\d+)\s+(?:[0-9a-fx]+ in )?(?P<fn>[\w:~<>]+)",
+       examples=("#3 llama_context::encode(llama_batch const&)",
+                 "[60957] #4  0x00007f3c2a1b2c3d in common_speculative_draft(common_speculative*, ...)",
+                 "llama-bee    | #2  0x000055d0c1f2a3b4 in llama_decode ()")),
     # ---- resets (§2.1, §5, §6)
     _p("dflash_clear_stale", "event", "clearing stale drafter KV",
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "
@@ -417,6 +451,81 @@ PATTERNS: tuple[Pattern, ...] = (
        builds="beellama.cpp (F-03)",
        # examples: the log-format notes' example, §2.1 F-03
        examples=("0.41.002.117 W dflash: discarding cross-ring state: prefill flush mismatch",)),
+    # the draft mirror and MTP find the drafter's memory stale (it ends at or past the target's next row) and
+    # trim it themselves (§10.2): the seed's bug detected and repaired by llama.cpp (the verdict's stale_trims)
+    _p("draft_mirror_trim", "event", "stale draft memory",
+       rf"seq (?P<seq>\d+): stale draft memory \(ends at (?P<last_pos>{INT}), target rows start at "
+       rf"(?P<batch_start>{INT})\), trimming", kind="stale_trim", component="drafter",
+       builds="upstream draft mirror, continues_draft (newer than b11434)",
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.113.410 W spec continues_dr: seq 0: stale draft memory (ends at 259, target rows start at 200), trimming",)),
+    _p("mtp_stale_trim", "event", "stale draft KV for seq",
+       rf"stale draft KV for seq (?P<seq>\d+) (?P<where>[^:]*?): pos_max (?P<last_pos>{INT}) >= (?:\w+ )?start "
+       rf"(?P<batch_start>{INT}), trimming", kind="stale_trim", component="drafter",
+       builds="upstream MTP (newer than b11434)",
+       # examples: built to the log-format notes §10.2 (the deferred flush verified, the other from its summary)
+       examples=("0.02.113.410 W spec flush_deferr: stale draft KV for seq 0 at deferred flush: pos_max 41 >= flush start 38, trimming",
+                 "0.02.113.410 W spec      process: stale draft KV for seq 1 at process: pos_max 97 >= batch start 95, trimming")),
+    # the mirror gives a sequence up instead (no drafts for it until its draft memory catches up)
+    _p("draft_not_trimmable", "event", "the draft memory cannot be trimmed",
+       r"seq (?P<seq>\d+): the draft memory cannot be trimmed, the sequence is not mirrored", kind="not_mirrored",
+       component="drafter", builds="upstream draft mirror (newer than b11434)",
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.113.410 W spec continues_dr: seq 0: the draft memory cannot be trimmed, the sequence is not mirrored",)),
+    _p("draft_outside_vocab", "event", "outside the draft vocab",
+       r"seq (?P<seq>\d+): the draft cannot take token (?P<token>\d+) \(outside the draft vocab\)", kind="not_mirrored",
+       component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.113.410 W spec report_rejec: seq 0: the draft cannot take token 151900 (outside the draft vocab), the sequence is not mirrored while its draft memory lags the target",)),
+    _p("draft_rejected_again", "event", "rejected by the draft again",
+       r"seq (?P<seq>\d+): token (?P<token>\d+) rejected by the draft again", kind="not_mirrored",
+       component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.113.410 D spec report_rejec: seq 0: token 151900 rejected by the draft again",)),
+    _p("draft_not_mirrored", "event", "not mirrored",
+       rf"seq (?P<seq>\d+): draft memory ends at (?P<last_pos>{INT}), target rows start at (?P<batch_start>{INT}), "
+       r"not mirrored", kind="not_mirrored", component="drafter", builds="upstream draft mirror (newer than b11434)",
+       # examples: built to the log-format notes §10.2
+       examples=("0.02.113.410 D spec continues_dr: seq 0: draft memory ends at 150, target rows start at 200, not mirrored",)),
+    # DFlash (§10.3): the draft batch is too small for every sequence's block, or refused one of its rows
+    _p("draft_batch_clamp", "event", "do not fit the draft batch",
+       r"(?P<n_seqs>\d+) sequences of n_max=(?P<n_max>\d+) do not fit the draft batch (?P<n_batch>\d+) -- clamping "
+       r"n_max to (?P<n_to>\d+)", kind="draft_clamp", component="drafter", builds="upstream DFlash (newer than b11434)",
+       # examples: built to the log-format notes §10.3 (its function name not given there)
+       examples=("0.01.000.000 W 4 sequences of n_max=16 do not fit the draft batch 32 -- clamping n_max to 7",)),
+    _p("draft_features_sanitized", "event", "non-finite/f",
+       r"sanitized (?P<n>\d+) non-finite/f\d+-overflow target feature values", kind="draft_warning",
+       component="drafter", builds="upstream DFlash (newer than b11434), once per process",
+       # examples: built to the log-format notes §10.3 (its end not given there)
+       examples=("0.01.000.000 W sanitized 12 non-finite/f16-overflow target feature values",)),
+    _p("injection_row_rejected", "event", "injection batch rejected feature row",
+       r"injection batch rejected feature row (?P<row>\d+) of (?P<n_rows>\d+)", kind="draft_rejected",
+       component="drafter", builds="upstream DFlash (newer than b11434)",
+       # examples: built to the log-format notes §10.3
+       examples=("0.01.000.000 E injection batch rejected feature row 3 of 16",)),
+    _p("noise_row_rejected", "event", "rejected a noise-block row",
+       r"seq (?P<seq>\d+): the draft batch rejected a noise-block row, no draft this round", kind="draft_rejected",
+       component="drafter", builds="upstream DFlash (newer than b11434)",
+       # examples: built to the log-format notes §10.3
+       examples=("0.01.000.000 E seq 1: the draft batch rejected a noise-block row, no draft this round",)),
+    _p("chain_unsupported", "event", "chained MTP is not supported",
+       r"chained MTP is not supported for this model; using sequential MTP", kind="draft_warning",
+       component="drafter", builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)",
+       # examples: built to the log-format notes §10.3
+       examples=("0.00.300.000 W chained MTP is not supported for this model; using sequential MTP",)),
+    # synthetic acceptance (b11434, §10.1): the server makes up which drafts are accepted, for benchmarking
+    _p("synthetic_enabled", "event", "synthetic speculative acceptance is enabled",
+       r"synthetic speculative acceptance is enabled", kind="synthetic", builds="b11434 --spec-synth-len/--spec-synth-rates",
+       examples=("0.00.078.200 W spec common_specu: synthetic speculative acceptance is enabled for benchmarking; generated output is not valid",)),
+    _p("synthetic_config", "event", "synthetic acceptance: n_max",
+       r"synthetic acceptance: n_max = (?P<n_max>\d+), mean length = (?P<mean_length>[\d.]+), rates = \[(?P<rates>[^\]]*)\]",
+       kind="synthetic", builds="b11434 --spec-synth-len/--spec-synth-rates",
+       examples=("0.00.078.206 I spec common_specu: synthetic acceptance: n_max = 3, mean length = 2.000000, rates = [0.543689, 0.295598, 0.160713]",)),
+    _p("synthetic_limit", "event", "synthetic acceptance draft limit",
+       r"synthetic acceptance draft limit was reduced from (?P<n_from>\d+) to (?P<n_to>\d+)", kind="synthetic",
+       builds="b11434 --spec-synth-len/--spec-synth-rates",
+       # examples: built to the log-format notes §10.1
+       examples=("0.00.078.207 I spec common_specu: synthetic acceptance draft limit was reduced from 16 to 3 by the initialized speculative implementations",)),
     _p("seq_rm", "event", "memory_seq_rm [", rf"memory_seq_rm \[(?P<pos>{INT}), end\)", kind="reset",
        component="target", extra={"hint": "1"},
        examples=("0.01.472.239 I slot   operator(): id  0 | task 20 | cached n_tokens = 4, memory_seq_rm [4, end)",)),
@@ -480,9 +589,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # ---- speculative statistics, every wording (§2.4 S-19, §6, §7, 2023 CLI)
     _p("draft_acceptance", "event", "draft acceptance",
        r"draft acceptance(?: rate)? = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
-       r"(?:, mean len =\s*(?P<mean_len>[\d.]+))?", kind="draft_stats",
+       r"(?:, mean (?:len|acceptance length) =\s*(?P<mean_len>[\d.]+))?"
+       r"(?:, acceptance rate per position = \((?P<acc_per_pos>[^)]*)\))?", kind="draft_stats",
+       # examples: the four wordings (log-format notes §10.4): 2025's two, mid-2026's (built to the notes), b11434's
        examples=("draft acceptance rate = 0.00000 (    0 accepted /     3 generated)",
                  "0.00.205.061 I slot print_timing: id  0 | task 0 | draft acceptance = 0.08333 (    1 accepted /    12 generated)",
+                 "0.01.172.204 I slot print_timing: id  0 | task 0 | draft acceptance = 0.10417 (    5 accepted /    48 generated), mean acceptance length =  1.29, acceptance rate per position = (0.294, 0.000, 0.000)",
                  "0.01.172.204 I slot print_timing: id  0 | task 0 | draft acceptance = 0.10417 (    5 accepted /    48 generated), mean len =  1.29")),
     _p("spec_statistics", "event", "#gen drafts",
        r"statistics\s+(?P<impl>[\w-]+): #calls\(b,g,a\) = \s*(?P<calls_b>\d+)\s+(?P<calls_g>\d+)\s+(?P<calls_a>\d+), "
@@ -508,6 +620,24 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="draft_stats", builds="server responses (timings), pretty-printed",
        # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them
        examples=('    "draft_n_accepted": 51',)),
+    # statistics a benchmark script or a wrapper prints its own way: a key=value template, or prose
+    _p("template_stats", "event", "cc",
+       r"(?:^|[\s|,;(])(?:draft(?:ed)?(?:[_ ]tokens)?\s*[=:]\s*(?P<generated>\d+)[\s,;|]+"
+       r"acc(?:epted)?(?:[_ ]tokens)?\s*[=:]\s*(?P<accepted>\d+)"
+       r"|Accepted:\s*(?P<accepted_n>\d+) tokens, Drafted:\s*(?P<generated_n>\d+) tokens)", kind="draft_stats",
+       builds="benchmark scripts, wrappers, vLLM's SpecDecoding metrics",
+       # examples: a bench script's per-prompt line (tests/fixtures/blind/batch-1, report 16) and vLLM's metrics
+       # line (batch-2, report 19), both cut; the second built to the same template
+       examples=("  code_python        pred= 192 draft=  89 acc=  84 rate=0.944 tok/s=52.3",
+                 "request 3: drafted: 120, accepted: 97, tokens/s: 41.2",
+                 "(APIServer pid=1) INFO 05-04 01:06:43 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.91, Accepted: 632 tokens, Drafted: 1655 tokens")),
+    _p("prose_stats", "event", " draft",
+       r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
+       r"|(?P<accepted_n>\d+) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",
+       kind="draft_stats", builds="wrappers and reports that word the acceptance in prose",
+       # examples: built to the two orders the wording takes
+       examples=("speculative: accepted 84 of 89 draft tokens (94.4%)",
+                 "84 of 89 drafted tokens were accepted")),
     _p("cli_accept", "event", "n_accept", r"^\s*n_accept\s*=\s*(?P<accepted>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_accept  = 47",)),
@@ -520,6 +650,11 @@ PATTERNS: tuple[Pattern, ...] = (
        r"adaptive n\s*:\s*(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)\s*\(seq (?P<seq>\d+), n_draft=(?P<generated>\d+), "
        r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="upstream draft-mtp-adaptive",
        examples=("0.48.122.337 I spec       accept: adaptive n : 1 -> 2 (seq 0, n_draft=1, n_accepted=1)",)),
+    _p("adaptive_depth_seq", "event", "adaptive draft depth seq",
+       r"adaptive draft depth seq (?P<seq>\d+): (?P<n_from>\d+) -> (?P<n_to>\d+) \(n_draft=(?P<generated>\d+), "
+       r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="upstream draft-mtp-adaptive (newer than b11434)",
+       # examples: built to the log-format notes §10.3
+       examples=("0.48.122.337 D spec       accept: adaptive draft depth seq 0: 3 -> 4 (n_draft=3, n_accepted=3)",)),
     # ---- warnings that name a sequence (the failure after them may not) and multimodal chunks
     _p("kv_nonconsecutive", "event", "non-consecutive token position",
        r"non-consecutive token position (?P<pos>\d+) after (?P<prev>\d+) for sequence (?P<seq>\d+)",
@@ -666,6 +801,11 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.00.253.947 I common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'",
                  "0.00.074.655 I spec common_specu: adding speculative implementation 'ngram-mod'",
                  "1.16.873.687 I common_speculative_init: adding implementation dflash")),
+    _p("adaptive_depth_enabled", "meta", "adaptive draft depth enabled",
+       r"adaptive draft depth enabled \((?P<impl>[\w-]+)\)", kind="spec_impl",
+       builds="upstream draft-mtp-adaptive (newer than b11434)",
+       # examples: built to the log-format notes §10.3
+       examples=("0.00.300.000 I spec common_specu: adaptive draft depth enabled (draft-mtp-adaptive)",)),
     # every draft names its implementation too (`called impl draft-simple, hist size = ...`): a log cut after start-up
     _p("spec_impl_called", "meta", "called impl", r"called impl (?P<impl>[a-z][\w-]*), hist size", kind="spec_impl",
        examples=("0.01.112.192 D spec common_specu: called impl draft-dflash, hist size = 24, call_count = 1, gen = 3",)),
@@ -686,11 +826,14 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("flags", "meta", "-",
        r"(?:^|\s)(?P<flag>--(?:spec-type|spec-draft-model|model-draft|spec-draft-ngl|n-gpu-layers|gpu-layers|"
        r"split-mode|tensor-split|kv-unified|parallel|ctx-size|ctx-size-draft|cache-type-k|cache-type-v|flash-attn|"
-       r"spec-dflash-cross-ctx|draft-max|spec-draft-n-max|main-gpu|spec-draft-device|device-draft|device|rpc)|-md|-ngl|-np|-sm|-ts|-fa|-cd|"
+       r"spec-dflash-cross-ctx|draft-max|spec-draft-n-max|spec-draft-n-min-adaptive|spec-synth-len|spec-synth-rates|"
+       r"main-gpu|spec-draft-device|device-draft|device|rpc)|-md|-ngl|-np|-sm|-ts|-fa|-cd|"
        r"-kvu|-devd|-dev|-mg)"
        r"(?:[ =](?P<value>\"[^\"]*\"|[^\s\"-][^\s\"]*))?", kind="flag",
        examples=("      --spec-type dflash",
-                 "      --spec-draft-ngl all")),
+                 "      --spec-draft-ngl all",
+                 # examples: b11434's synthetic acceptance, as a command line in a report gives it
+                 "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
     # ---- anything else llama.cpp prints, to tell a log from prose
     _p("generic", "generic", ":",
        r"(?:^|\s|\])(?:llama_model_loader|load_tensors|print_info|llama_context|llama_kv_cache\w*|llama_model_load\w*|"

@@ -83,8 +83,9 @@ class LiveStats:
 
 
 # draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
-SUMMED_STATS = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
-                "json_draft_accepted", "adaptive_depth")
+SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
+                                 "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
+SUMMED_STATS += ("template_stats", "prose_stats")  # statistics a script or a wrapper words its own way
 
 
 def int_or_none(v: Any) -> int | None:
@@ -107,8 +108,8 @@ def draft_counts(kind: str, pattern: str, detail: Mapping[str, Any]) -> tuple[in
     if pattern == "draft_acceptance":
         return int_or_none(detail.get("accepted")), int_or_none(detail.get("generated"))
     if pattern in SUMMED_STATS:
-        generated = detail.get("generated", 0) or detail.get("produced", 0)
-        return int_or_none(detail.get("accepted", 0)), int_or_none(generated)
+        generated = detail.get("generated", 0) or detail.get("produced", 0) or detail.get("generated_n", 0)
+        return int_or_none(detail.get("accepted", 0) or detail.get("accepted_n", 0)), int_or_none(generated)
     return None, None
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from analyze.concepts import CONCEPT_PREFIX
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
 from analyze.devices import devices_holding
@@ -430,8 +431,10 @@ DEVICE_LOST = ("rpc_lost", "rpc_io", "rpc_connect", "device_lost")
 
 
 def rule_device_lost(result: ParseResult, _c: CycleStats) -> Match | None:
-    """A device went away under llama.cpp: an RPC server that stopped answering, a GPU lost."""
-    if (found := _first_error(result, lambda e: e["variant"].isin(DEVICE_LOST))) is None:
+    """A device went away under llama.cpp: an RPC server that stopped answering, a GPU lost (llama.cpp's own
+    lines, or a runtime's wording of it where the table read no failure)."""
+    found = _first_error(result, lambda e: e["variant"].isin(DEVICE_LOST)) or _first_concept(result, "device_lost")
+    if found is None:
         return None
     rows, row = found
     rpc = bool(rows["variant"].str.startswith("rpc").any())
@@ -442,8 +445,11 @@ def rule_device_lost(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
-    """llama.cpp could not load a model at start-up (`llama_model_load: error loading model: ...`)."""
-    if (found := _first_error(result, lambda e: (e["kind"] == "load") & (e["variant"] == "model_load_error"))) is None:
+    """llama.cpp could not load a model at start-up (`llama_model_load: error loading model: ...`, or a runtime's
+    wording of it)."""
+    found = (_first_error(result, lambda e: (e["kind"] == "load") & (e["variant"] == "model_load_error"))
+             or _first_concept(result, "load_failed"))
+    if found is None:
         return None
     _, row = found
     lines = lines_of(row["lines"])
@@ -501,7 +507,7 @@ def rule_encoder_decode(result: ParseResult, _c: CycleStats) -> Match | None:
                  {"n": len(rows)}, key="encoder")
 
 
-COMPUTE_VARIANTS = ("prepare_ubatch_failed", "compute_error")
+COMPUTE_VARIANTS = ("prepare_ubatch_failed", "compute_error", CONCEPT_PREFIX + "compute_failed")
 
 
 def rule_decode_compute(result: ParseResult, _c: CycleStats) -> Match | None:
@@ -516,6 +522,64 @@ def rule_decode_compute(result: ParseResult, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "ret": ret}, key="compute")
 
 
+# ---- rules for failures a runtime words its own way (the concept layer, analyze/concepts.py) --------------
+
+def _by_wording(result: ParseResult) -> pd.DataFrame:
+    """The failures only the concept layer read, where the table read none (the ones the verdict then uses)."""
+    e = result.errors
+    concept = e["variant"].fillna("").str.startswith(CONCEPT_PREFIX)
+    return e[concept] if bool(concept.all()) else e.iloc[:0]
+
+
+def _first_concept(result: ParseResult, *names: str) -> tuple[pd.DataFrame, pd.Series] | None:
+    rows = _by_wording(result)
+    rows = rows[rows["variant"].isin([CONCEPT_PREFIX + n for n in names])]
+    return (rows, rows.iloc[0]) if len(rows) else None
+
+
+def rule_invalid_logits(result: ParseResult, _c: CycleStats) -> Match | None:
+    """The caller asked for the logits of a batch position that produced none (`invalid logits id N`)."""
+    err = result.errors
+    for _, row in err.iterrows():
+        lines = [(int(n), t.strip()) for n, t in lines_of(row["lines"]) if "invalid logits id" in t]
+        if lines:
+            return Match(f"logits were asked for a batch position that produced none ({len(lines)} line"
+                         f"{'s' if len(lines) != 1 else ''}, first at line {lines[0][0]}).", tuple(lines[:3]),
+                         {"n": len(lines)}, key="invalid_logits")
+    return None
+
+
+def rule_out_of_memory(result: ParseResult, _c: CycleStats) -> Match | None:
+    if (found := _first_concept(result, "out_of_memory")) is None:
+        return None
+    rows, row = found
+    return Match(f"a device or host allocation failed (out of memory); {len(rows)} such failure"
+                 f"{'s' if len(rows) != 1 else ''}.", tuple(_block_lines(row)), {"n": len(rows)}, key="oom")
+
+
+def rule_server_error(result: ParseResult, _c: CycleStats) -> Match | None:
+    if (found := _first_concept(result, "server_error")) is None:
+        return None
+    rows, row = found
+    return Match(f"the server answered a request with an internal error (HTTP 500); {len(rows)} such answer"
+                 f"{'s' if len(rows) != 1 else ''} in the text, and no llama.cpp failure line that says why.",
+                 tuple(_block_lines(row, 2)), {"n": len(rows)}, key="http_500")
+
+
+def rule_wrapper_failure(result: ParseResult, _c: CycleStats) -> Match | None:
+    """A decode, KV or crash failure told only in a runtime's words (an enum, an exception, a panic)."""
+    rows = _by_wording(result)
+    rows = rows[rows["kind"].isin(["decode_failed", "kv_slot", "assert"])]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    ret = opt_int(row["ret"])
+    what = str(row["variant"]).removeprefix(CONCEPT_PREFIX).replace("_", " ")
+    return Match(f"the failure is told only in the runtime's words ({what}"
+                 f"{', code ' + str(ret) if ret is not None else ''}); llama.cpp's own log is not in the text.",
+                 tuple(_block_lines(row, 3)), {"variant": str(row["variant"]), "ret": ret}, key=what)
+
+
 def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     v = result.verdict
     if len(result.errors) or (v.kind != "draft_stats_only" and not (c.n_cycles and c.drafter_in_step)):
@@ -524,7 +588,8 @@ def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     parts = []
     if acc:
         rate = acc.get("rate")
-        parts.append(f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens accepted"
+        parts.append(("synthetic acceptance, chosen by the server: " if acc.get("synthetic") else "")
+                     + f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens accepted"
                      + (f" ({rate:.1%})" if rate is not None else ""))
     if c.mean_accepted_len is not None:
         parts.append(f"mean accepted length {c.mean_accepted_len:g}")
@@ -758,6 +823,51 @@ SIGNATURES: tuple[Signature, ...] = (
         (Step("Lower the context size and `--batch-size`/`--ubatch-size`; stay within the model's trained context."),
          Step("Retry on another backend or the CPU to tell a backend failure from a memory limit."),
          SINGLE_GPU, REPORT_BUILD),
+    ),
+    Signature(
+        "invalid_logits", "Logits asked for a position that has none", rule_invalid_logits,
+        "llama.cpp was asked for the logits of a batch position that was not marked for output (`invalid logits "
+        "id`, `-1` when the batch produced none): the caller built the batch without `logits` set where it reads "
+        "them, or an image/embedding step left no output row; newer builds abort there.",
+        (Step("Check the caller's batch: the position it reads logits for must have `logits`/`output` set (the "
+              "last token of each sequence at least)."),
+         Step("If it happens with images or an embedding model, rerun text-only or with the model's own endpoint: "
+              "the multimodal or embedding path produced no output row."),
+         REPORT_BUILD),
+    ),
+    Signature(
+        "out_of_memory", "Out of memory on a device or the host", rule_out_of_memory,
+        "An allocation failed: the model's layers, the KV cache or the compute buffers did not fit in the free "
+        "memory of the device (or the host). Not a position or cache bookkeeping problem.",
+        (Step("Put fewer layers on the GPU (`-ngl`), lower `--ctx-size` and `--batch-size`/`--ubatch-size`, or "
+              "quantize the KV cache (`--cache-type-k q8_0`)."),
+         Step("Check what else holds the device's memory (`nvidia-smi`, another server or model still loaded)."),
+         Step("With a draft model, count its weights and its own context too (`--ctx-size-draft`, "
+              "`--spec-draft-ngl`).", lambda e: e.speculative),
+         REPORT_BUILD),
+    ),
+    Signature(
+        "server_error_response", "The server answered with an internal error", rule_server_error,
+        "A client got an HTTP 500 (`server_error`) from llama-server, and the text holds no server line that says "
+        "why. The message in the answer names the part that failed (a decode, the chat-format parser, a tool "
+        "call), and the server's own log at that moment holds the cause.",
+        (Step("Find the server's log lines at the time of the 500 (`-v` shows each request) and attach them."),
+         Step("If the message names the output format or a parser, retry with another chat template or without "
+              "tools/grammar: the model's output, not the decode, failed."),
+         REPORT_BUILD),
+    ),
+    Signature(
+        "runtime_reported_failure", "A failure told only in a runtime's words", rule_wrapper_failure,
+        "A runtime around llama.cpp (a binding, ollama, a server wrapper) reported a failed decode, a full KV "
+        "cache or a crash in its own words (a return-code enum, an exception, a Go panic, a signal), without "
+        "llama.cpp's own log lines. The code tells the family: 1 is no KV slot, -1 an invalid batch, -2/-3 a "
+        "compute or allocation failure.",
+        (Step("Turn on the runtime's llama.cpp logging (verbose, or its log callback) and rerun, so llama.cpp's "
+              "own failure lines are in the log."),
+         Step("A full KV cache (`NoKvSlot`, code 1): raise the context size or lower the number of parallel "
+              "sequences; keep the prompt within the context."),
+         Step("Quote the runtime's version and the llama.cpp build it bundles."),
+         REPORT_BUILD),
     ),
     Signature(
         "healthy_speculative", "Healthy speculative run", rule_healthy,

@@ -22,7 +22,7 @@ MIRROR, OWN, NONE = "mirror", "own", "none"
 _KEEPING = {
     "draft-simple": OWN, "draft": OWN, "draft-model": OWN,
     "draft-dflash": MIRROR, "dflash": MIRROR, "draft-dspark": MIRROR, "draft-eagle3": MIRROR, "eagle3": MIRROR,
-    "draft-mtp": MIRROR, "mtp": MIRROR,
+    "draft-mtp": MIRROR, "mtp": MIRROR, "draft-mtp-adaptive": MIRROR,
 }
 
 

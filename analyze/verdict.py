@@ -11,8 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.definitions import reset_events, stale_drafter
-from analyze.records import SUMMED_STATS, lines_of, opt_int
+from analyze.concepts import CONCEPT_PREFIX
+from analyze.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
+from analyze.records import SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
@@ -39,17 +40,53 @@ class Verdict:
     acceptance: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
+    # "low" when only the failure-concept layer (analyze/concepts.py) read the failure: a wrapper's wording
+    confidence: str = "high"
     truncated: bool = False  # the input was read only in part: what is missing may hold more
     # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
     thread: dict[str, Any] | None = None
+    # the drafter's memory found stale and trimmed by llama.cpp itself (the draft mirror, MTP): each with its
+    # line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the target's rows start)
+    stale_trims: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def acceptance(events: pd.DataFrame) -> dict[str, Any]:
-    """Draft acceptance summed over the log, from whichever wording it printed."""
+def stale_trims(events: pd.DataFrame) -> list[dict[str, Any]]:
+    """The lines where llama.cpp found the drafter's memory stale and trimmed it (log-format notes §10.2)."""
+    out = []
+    rows = events[events.kind == "stale_trim"]
+    for line, seq, text in zip(rows["line"], rows["seq_id"], rows["detail"], strict=True):
+        d = detail_of(text)
+        out.append({"line": opt_int(line), "seq_id": opt_int(seq), "last_pos": int_or_none(d.get("last_pos")),
+                    "batch_start": int_or_none(d.get("batch_start"))})
+    return out
+
+
+def trims_text(trims: list[dict[str, Any]]) -> str:
+    """One sentence: the drafter's memory was stale and llama.cpp trimmed it, at which X/Y."""
+    if not trims:
+        return ""
+    first, n = trims[0], len(trims)
+    times = "once, at" if n == 1 else f"{n} times, first at"
+    return (f"The drafter's memory was stale and llama.cpp trimmed it {times} X = {first['last_pos']} / "
+            f"Y = {first['batch_start']} (sequence {first['seq_id']}, line {first['line']}: the draft memory ended "
+            "at X while the target's rows started at Y): the stale-drafter bug, detected and repaired by llama.cpp "
+            "itself.")
+
+
+def synthetic(events: pd.DataFrame, meta: dict[str, Any]) -> bool:
+    """Whether the run's acceptance was made up by the server (b11434's --spec-synth-len/--spec-synth-rates):
+    its lines say so, or its command line has the flag."""
+    flags = meta.get("flags") or {}
+    return bool((events.kind == "synthetic").any()) or any(f in flags for f in SYNTHETIC_FLAGS)
+
+
+def acceptance(events: pd.DataFrame, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
+    server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
     steps = events[events.kind == "accepted"]
     # per request if the log has them, else the run's totals in any wording, else the per-step lines
@@ -62,7 +99,7 @@ def acceptance(events: pd.DataFrame) -> dict[str, Any]:
         return {}
     acc, gen = int(rows.accepted.fillna(0).sum()), int(rows.generated.fillna(0).sum())
     return {"accepted": acc, "generated": gen, "rate": round(acc / gen, 5) if gen else None,
-            "per_step_lines": int(len(steps))}
+            "per_step_lines": int(len(steps)), "synthetic": synthetic(events, meta or {})}
 
 
 def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any]]:
@@ -134,12 +171,20 @@ def failing_side(row: pd.Series, comp: str, speculative: bool, complete: bool = 
 
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
-    acc = acceptance(events)
+    acc = acceptance(events, meta)
     n_resets = len(reset_events(events))
+    trims = stale_trims(events)
     pos = errors[errors.kind == "inconsistent_positions"]
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
-            "source": source, "truncated": truncated}
+            "source": source, "truncated": truncated, "stale_trims": trims}
     speculative, whole_log = bool(meta.get("speculative")), not truncated
+    # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's)
+    by_table = errors[~errors.variant.fillna("").str.startswith(CONCEPT_PREFIX)]
+    if len(by_table) < len(errors):
+        if by_table.empty:
+            base["confidence"] = "low"
+        else:
+            errors = by_table
     if not pos.empty:
         complete = pos[pos.last_pos.notna() & pos.batch_start.notna()]
         first = complete.iloc[0] if not complete.empty else pos.iloc[0]
@@ -195,14 +240,27 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
+        if base.get("confidence") == "low":
+            summary += " Read from a wrapper's wording of the failure (lower confidence): see the evidence line."
         evidence = _evidence(errors, first)
         _add_line(evidence, comp_line, errors)
         return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary, evidence,
                        component_evidence=comp_line, **base)
-    if acc or (events.kind == "draft_stats").any():
+    if acc or (events.kind == "draft_stats").any() or trims:
+        # trims with no failure: llama.cpp repaired the drafter, so the run is healthy, and says it was repaired
         rate = acc.get("rate")
-        summary = (f"A healthy speculative run: {acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens "
-                   f"accepted{f' ({rate:.1%})' if rate is not None else ''}, and no failure in the log.")
+        counts = f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens"
+        pct = f" ({rate:.1%})" if rate is not None else ""
+        if acc.get("synthetic"):
+            summary = (f"A speculative run with synthetic acceptance (--spec-synth-len/--spec-synth-rates, for "
+                       f"benchmarking): {counts} 'accepted'{pct} were chosen by the server, not by the drafter, so "
+                       "they say nothing about its quality; no failure in the log.")
+        elif acc:
+            summary = f"A healthy speculative run: {counts} accepted{pct}, and no failure in the log."
+        else:
+            summary = "A healthy speculative run: no failure in the log."
+        if trims:
+            summary += " " + trims_text(trims)
         return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
     if meta.get("recognised_lines", 0) > 0:
         return Verdict("other", "unknown", None, None, None, 0,

@@ -16,8 +16,22 @@ import re
 from typing import Any
 
 from analyze.attribution import caller_side, frame_side
+from analyze.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
 from analyze.devices import LAYOUT_KINDS, Layout, add_device, backend_of
-from analyze.normalize import LLAMA_PREFIX, llama_seconds, message, parse_prefix, readable, unescape
+from analyze.normalize import (
+    GLUED_LEN,
+    LLAMA_PREFIX,
+    WRAP_CUE,
+    WRAP_WIDTH,
+    llama_seconds,
+    message,
+    parse_prefix,
+    readable,
+    rejoin,
+    split_glued,
+    uncut,
+    unescape,
+)
 from analyze.patterns import BY_NAME, PATTERNS, Pattern
 from analyze.records import (
     CONTEXT_CODES,
@@ -108,6 +122,7 @@ class Walker:
         self._failure: Failure | None = None
         self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
         self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
+        self._prev: tuple[int, str] | None = None  # (line number, text) of the last line `feed` read itself
 
     @property
     def open_failure(self) -> Failure | None:
@@ -136,6 +151,9 @@ class Walker:
             if end < 0:
                 end = n
             feed([text[pos:end]])
+            if end < n and (prev := self._prev) is not None and prev[0] == self.n_lines:
+                pos = end + 1  # the line after a re-wrapped line's possible start is the walker's (see _unknown)
+                continue
             pos = skim(self, text, end + 1) if end < n else n
 
     def feed(self, lines: list[str]) -> None:
@@ -187,6 +205,17 @@ class Walker:
                     self._batch(hot.kind, m, no, line)
                 in_input = self._dump == _INPUT
                 continue
+            # paste damage, after the lines the accelerator reads itself (it reads them the same way)
+            if len(line) >= GLUED_LEN and (parts := split_glued(line)) is not None:
+                self.n_lines, self._fragment = no - 1, fragment
+                for part in parts:  # a paste that lost its newlines: its lines, each read as line `no`
+                    self.feed([part])
+                    self.n_lines = no - 1
+                self.n_lines = no
+                in_input, fragment = self._dump == _INPUT, self._fragment
+                continue
+            if line[-1:] == ">":
+                line = uncut(line)
             hit = _first(line)
             if hit is not None and hit[0] is _CANDIDATE:
                 # a draft candidate, about one line in six of a server log: the drafter hint, without the
@@ -198,7 +227,12 @@ class Walker:
                 self._mark_drafter()
                 continue
             if not self._match(line, no, hit) and "&" in line and (text := unescape(line)) != line:
-                self._match(text, no, _first(text))  # an HTML-escaped paste: once more on the unescaped text
+                hit = _first(text)
+                self._match(text, no, hit)  # an HTML-escaped paste: once more on the unescaped text
+            if hit is None or hit[0].family == "generic":
+                self._unknown(line, no, hit is None)
+            elif hit[0].family == "block" and len(line) <= WRAP_WIDTH:
+                self._prev = (no, line)  # its value may be on the next line (a re-wrap cut it there)
             in_input = self._dump == _INPUT
         self.n_lines = no
         self._fragment = fragment
@@ -223,6 +257,43 @@ class Walker:
             line = rest
             hit = _first(line)
         return found
+
+    def _unknown(self, line: str, no: int, unread: bool) -> None:
+        """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
+        (joined to the line before it and read again), else a failure told in words the table does not know
+        (analyze/concepts.py)."""
+        prev = self._prev
+        if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
+            hit = _first(joined)
+            if hit is not None and hit[0].family in _REWRAP and hit[1].end() > len(prev[1].rstrip()) + 1:
+                # a block line's value may still be on the next line (a line re-wrapped into three or more)
+                self._prev = (no, joined) if hit[0].family == "block" and len(joined) <= 2 * WRAP_WIDTH else None
+                self._match(joined, no, hit)
+                return
+            if hit is None and len(joined) <= 2 * WRAP_WIDTH and WRAP_CUE.search(joined) is not None:
+                self._prev = (no, joined)  # a line re-wrapped into three or more: the next may go on with it
+                return
+        if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
+            # it may be a re-wrapped line's start: the walker sees it, and the line after it, every time
+            self._prev = (no, line)
+        found = recognise(line)
+        if found is None:
+            return
+        concept, m = found
+        f = self._failure
+        if f is not None and no - f.last_line <= FAILURE_GAP:
+            f.add_line(no, line)  # a wrapper's words for the failure being assembled
+            return
+        self._concept_failure(concept, code_of(m), no, line)
+
+    def _concept_failure(self, concept: Concept, ret: int | None, no: int, line: str) -> None:
+        kind = "kv_slot" if ret == 1 and concept.kind == "decode_failed" else concept.kind
+        f = self._open_failure(no, line, kind, 4)
+        f.variant, f.ret = concept.variant, ret
+        side = side_of(line)
+        if side != "unknown":
+            f.component, f.evidence, f.evidence_line = side, message(line), no
+        f.add_line(no, line)
 
     def close(self) -> None:
         self._end_batch()
@@ -419,7 +490,8 @@ class Walker:
         f = self._failure
         # each stage (validation, decode, llama_decode, caller, server) prints once per failure;
         # a stage seen again means a new failure (server retries, stage 4, repeat within one)
-        if f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4):
+        if (f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4)
+                or f.variant.startswith(CONCEPT_PREFIX)):  # llama.cpp's own line after a wrapper's: its own failure
             f = self._open_failure(no, line, kind, stage)
             f.variant = p.name
         elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
@@ -437,6 +509,12 @@ class Walker:
     def _follow(self, p: Pattern, m: re.Match[str], no: int, line: str) -> None:
         f = self._failure
         if f is None or no - f.last_line > FAILURE_GAP:
+            if p.name == "frame" and crash_frame(m["fn"]):  # a backtrace pasted without the line before it
+                self._concept_failure(CRASH, None, no, line)
+            elif kind := p.extra.get("alone"):  # a line that is a failure of its own where none is open
+                f = self._open_failure(no, line, kind, 0)
+                f.variant = p.name
+                f.add_line(no, line)
             return
         side = frame_side(m["fn"]) if p.name == "frame" else p.component
         if side != "unknown" and f.component == "unknown":
@@ -450,7 +528,9 @@ class Walker:
         self._failure = None
         if f.component == "unknown" and self._hint is not None:
             h_line, h_comp, h_text = self._hint
-            if 0 < f.line - h_line <= HINT_GAP:
+            # a draft context being loaded names the side of a start-up failure, not of a decode that fails
+            startup = f.kind in _DECODE_KINDS and _DRAFT_INIT.search(h_text) is not None
+            if 0 < f.line - h_line <= HINT_GAP and not startup:
                 f.component, f.evidence, f.evidence_line = h_comp, message(h_text), h_line
         # a failure that names no sequence takes the one a warning named just before it (find_slot)
         if f.seq_id is None and self._seq_hint is not None and 0 <= f.line - self._seq_hint[0] <= HINT_GAP:
@@ -609,6 +689,7 @@ def _skim_code(p: Pattern) -> int:
 
 _TABLE = tuple((p.anchor, p.regex.search, p) for p in PATTERNS)  # unpacked once for the hot loop
 _RESCAN = {"block", "failure", "follow"}
+_REWRAP = {"block", "failure", "follow"}  # what a re-wrapped line joined back may be
 
 
 def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
@@ -639,12 +720,22 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
             return p, m
     if len(_FIRST) > 20_000:
         _FIRST.clear()
+    # a line nothing (or only the generic entry) reads may still need the walker (see _needs_walker): the C
+    # accelerator skips what its memo says is no entry's or generic, so such a line is remembered by its text
+    masked = isinstance(key, bytes)
     for i, (anchor, search, p) in enumerate(_TABLE):
         if anchor in line and (m := search(line)) is not None:
-            _FIRST[key] = i
+            _FIRST[key] = _EXACT if masked and p.family == "generic" and _needs_walker(line) else i
             return p, m
-    _FIRST[key] = -1
+    _FIRST[key] = _EXACT if masked and _needs_walker(line) else -1
     return None
+
+
+def _needs_walker(line: str) -> bool:
+    """Whether a line no entry reads but the generic one means something to the walker: a re-wrapped line's
+    possible start (`_unknown`), or a failure the concept layer reads. Decided by its text alone, digits aside,
+    so every line with the same masked text gets the same answer."""
+    return (len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None) or recognise(line) is not None
 
 
 def _digit_sensitive(p: Pattern) -> bool:
@@ -666,6 +757,8 @@ _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(
 if any(c.isdigit() or not c.isascii() for a in _DIGIT_SENSITIVE for c in a):
     raise ImportError("a digit-sensitive anchor holds a digit: _first can no longer test it on the masked text")
 _PREFIX_AT_START = LLAMA_PREFIX.match
+_DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
+_DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex
 _FLAGS = BY_NAME["flags"].regex
 _CANDIDATE = BY_NAME["draft_candidate"]

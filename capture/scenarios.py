@@ -92,6 +92,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="prompts and generations longer than the context"),
     Scenario("draft-simple-kv-unified", "draft-simple", ("-c", "1024", "-np", "3", "--kv-unified"),
              requests=6, concurrency=3, about="three slots sharing one unified KV cache"),
+    # b11434's benchmarking mode: the server, not the drafter, decides how many drafted tokens are accepted
+    Scenario("draft-simple-synthetic", "draft-simple", ("-c", "512", "-np", "1", "--spec-synth-len", "2"), requests=4,
+             concurrency=1, about="synthetic acceptance (--spec-synth-len 2): the server chooses what is accepted"),
     # the commands users type: memory fitting on (the drafter's context is measured, or fails to be, at
     # start-up), -np auto (four slots in one unified cache; one client lands on any of them), all threads
     Scenario("draft-dflash-defaults", "draft-dflash", ("-c", "2048"), requests=4, concurrency=1, defaults=True,

@@ -152,7 +152,12 @@ def format_verdict(v: Verdict) -> str:
     if v.acceptance:
         rate = v.acceptance.get("rate")
         lines.append(f"  drafts:   {v.acceptance['accepted']}/{v.acceptance['generated']} accepted"
-                     + (f" ({rate:.1%})" if rate is not None else ""))
+                     + (f" ({rate:.1%})" if rate is not None else "")
+                     + (" (synthetic: chosen by the server, not the drafter)" if v.acceptance.get("synthetic") else ""))
+    if v.stale_trims:
+        n = len(v.stale_trims)
+        lines.append(f"  trims:    the drafter's stale memory trimmed {n} time{'s' if n != 1 else ''} by llama.cpp "
+                     f"(first at line {v.stale_trims[0]['line']})")
     lines.append(f"  {v.summary}")
     if v.thread is not None:
         lines += thread_lines(v.thread)

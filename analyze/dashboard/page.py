@@ -22,6 +22,7 @@ from analyze.dashboard import preload
 from analyze.dashboard.follow import Follower, LiveState
 from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from analyze.definitions import SYNTHETIC_NOTE
 from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.overview import overview
 from analyze.positions import (
@@ -35,7 +36,7 @@ from analyze.positions import (
 )
 from analyze.views.bundle import zip_tables
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
-from analyze.views.report import escape, markdown_report, what_to_do
+from analyze.views.report import escape, headline, markdown_report, what_to_do
 from capture.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 
 if TYPE_CHECKING:
@@ -240,16 +241,6 @@ def gather_sources() -> tuple[list[Source], list[str]]:
 # ---- the page ------------------------------------------------------------------------------------
 
 
-def headline(result: ParseResult) -> str:
-    """The verdict in a few words: a run with nothing failed reads as healthy, not by the verdict's kind."""
-    v = result.verdict
-    if not len(result.errors) and v.kind == "draft_stats_only":
-        return "Healthy"
-    if not len(result.errors) and v.kind == "other":
-        return "No failure found"
-    return f"Verdict: {v.kind.replace('_', ' ')}"
-
-
 @st.cache_data(show_spinner=False, max_entries=16)
 def _what_to_do(digest: str, _result: ParseResult) -> tuple[str, list[str]]:
     return what_to_do(_result)
@@ -301,11 +292,20 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
 
 
 def _rate(acc: dict[str, Any]) -> str:
+    if acc and acc.get("synthetic"):  # the server chose what was accepted: not a rate of the drafter's
+        return "synthetic"
     return f"{acc['rate']:.1%}" if acc and acc.get("rate") is not None else "n/a"
 
 
 def _acc_detail(acc: dict[str, Any]) -> str | None:
+    if acc and acc.get("synthetic"):
+        return f"{acc.get('accepted')} of {acc.get('generated')}, by the server"
     return f"{acc.get('accepted')} of {acc.get('generated')} drafted" if acc else None
+
+
+def _acceptance_caption(result: ParseResult) -> str:
+    acc = result.verdict.acceptance or {}
+    return f"Draft acceptance: {SYNTHETIC_NOTE}." if acc.get("synthetic") else "Draft acceptance"
 
 
 def sequence_label(seq_id: int, n_batches: int) -> str:
@@ -412,6 +412,7 @@ def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | 
         )
         acc = acceptance_figure(result)
         if acc is not None:
+            st.caption(_acceptance_caption(result))
             st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
         return None
     seq_id, x_range, tol = chart_controls(op, axis, key)
@@ -434,7 +435,7 @@ def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | 
     with right:
         acc = acceptance_figure(result)
         if acc is not None:
-            st.caption("Draft acceptance")
+            st.caption(_acceptance_caption(result))
             st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
         else:
             st.info("No per-cycle acceptance lines in this log.")

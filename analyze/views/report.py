@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from analyze.counters import ServerCounters, server_counters
+from analyze.cycles import depth_series, depth_text
+from analyze.definitions import SYNTHETIC_NOTE
 from analyze.devices import device_rows, layout_line, placement_rows
 from analyze.overview import Overview, overview
 from analyze.positions import XAxis, stored_positions
@@ -87,6 +89,18 @@ def advice(kind: str, component: str = "unknown") -> str:
     return text.format(side_sentence=_SIDE.get(component or "unknown", _SIDE["unknown"]))
 
 
+def headline(result: ParseResult) -> str:
+    """The verdict in a few words (the report's and the dashboard's): a run with nothing failed reads as healthy,
+    not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way."""
+    v = result.verdict
+    if not len(result.errors) and v.kind == "draft_stats_only":
+        n = len(v.stale_trims)
+        return f"Healthy, drafter memory trimmed {n} time{'s' if n != 1 else ''}" if n else "Healthy"
+    if not len(result.errors) and v.kind == "other":
+        return "No failure found"
+    return f"Verdict: {v.kind.replace('_', ' ')}"
+
+
 def what_to_do(result: ParseResult, sig: SignatureMatch | None = None) -> tuple[str, list[str]]:
     """What the verdict means and the next steps, filled from this log (its build, devices, flags and spec
     type): the one source of advice for the report and the dashboard. A named signature's explanation fits
@@ -94,6 +108,8 @@ def what_to_do(result: ParseResult, sig: SignatureMatch | None = None) -> tuple[
     sig = sig if sig is not None else match_signature(result)
     side = (result.verdict.component or "unknown") if len(result.errors) else "none"
     text = escape(sig.signature.explanation) if sig.name != "unclassified" else advice(result.verdict.kind, side)
+    if (result.verdict.acceptance or {}).get("synthetic"):  # what acceptance would say does not hold here
+        text += " " + escape(f"This run's acceptance is {SYNTHETIC_NOTE}.")
     return text, list(sig.steps)
 
 
@@ -232,6 +248,15 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
     return [f"{str(n).rjust(width)} | {t}" for n, t in sorted(by_line.items())]
 
 
+# What newer builds print when they repair or skip the drafter (log-format notes §10.2-10.3), counted in the report.
+_DRAFTER_REPAIRS = (
+    ("stale_trim", "drafter memory found stale and trimmed by llama.cpp"),
+    ("not_mirrored", "times the draft mirror gave a sequence up (not mirrored)"),
+    ("draft_clamp", "draft size clamped to fit the draft batch"),
+    ("draft_rejected", "drafter rows rejected (no draft that round)"),
+)
+
+
 # Meta keys the environment summary (signatures.Env.lines) already states.
 _SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug", "gpus", "placement"})
 
@@ -267,6 +292,8 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     title = name or Path(str(getattr(result, "source", "") or "log")).name
     out: list[Block] = [Prose(f"### kvtrace triage: {escape(title)}")]
     side = (verdict.component or "unknown") if len(result.errors) else "none"  # nothing failed: no failing side
+    if side == "none":  # a failure's headline would only repeat the verdict line below
+        out.append(Prose(f"**{escape(headline(result))}**"))
     out.append(Prose(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
                      + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else "")))
     out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
@@ -293,10 +320,20 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         ["resets", str(ov.n_resets)],
         ["draft acceptance", ov.acceptance_text],
     ]
+    made_up = " (synthetic)" if (verdict.acceptance or {}).get("synthetic") else ""
     if c.mean_accepted_len is not None:
-        rows.append(["mean accepted length", _num(c.mean_accepted_len)])
+        rows.append(["mean accepted length" + made_up, _num(c.mean_accepted_len)])
     if c.accepted_per_position:
-        rows.append(["acceptance per draft position", ", ".join(f"{p:.2f}" for p in c.accepted_per_position)])
+        rows.append(["acceptance per draft position" + made_up,
+                     ", ".join(f"{p:.2f}" for p in c.accepted_per_position)])
+    ev = result.events
+    for kind, label in _DRAFTER_REPAIRS:
+        n = int((ev["kind"] == kind).sum()) if len(ev) else 0
+        if n:
+            rows.append([label, str(n)])
+    depth = depth_series(result.events)
+    if len(depth):
+        rows.append(["adaptive draft depth (per slot)", depth_text(depth)])
     if c.n_cycles:
         rows.append(["drafter in step (cycles)", f"{c.in_step} of {c.n_cycles}"])
     counters = server_counters(result)

@@ -39,7 +39,7 @@ class TriageRow:
     spec_type: str
     build: str
     gpus: int | None
-    acceptance: float | None
+    acceptance: float | str | None  # "synthetic" where the server chose what was accepted
     cluster: int = 0
     source: str = ""
     error: str = ""  # the one-line reason a log could not be read (then the rest is empty)
@@ -73,7 +73,7 @@ def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) ->
         report=_name(source), signature=m.name, side=v.component, key=m.match.key, kind=v.kind, seq_id=v.seq_id,
         x=v.last_pos, y=v.batch_start, position_errors=int(v.n_position_errors), failures=len(result.errors),
         spec_type=m.env.spec_type, build=m.env.build, gpus=m.env.n_gpus or None,
-        acceptance=(v.acceptance or {}).get("rate"),
+        acceptance="synthetic" if (v.acceptance or {}).get("synthetic") else (v.acceptance or {}).get("rate"),
         source=source, truncated=result.truncated, warnings=tuple(result.warnings),
     )
 

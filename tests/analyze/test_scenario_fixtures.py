@@ -39,6 +39,7 @@ TABLE: dict[str, tuple[str, str, int, int, bool, int]] = {
     "draft-simple-cache-reuse.log.gz":   ("draft-simple", "own", 2, 1024, False, 0),
     "draft-simple-context-shift.log.gz": ("draft-simple", "own", 1, 256, False, 0),
     "draft-simple-kv-unified.log.gz":    ("draft-simple", "own", 3, 1024, True, 0),
+    "draft-simple-synthetic.log.gz":     ("draft-simple", "own", 1, 512, False, 0),
     "ngram-mod-2slots.log.gz":           ("ngram-mod", "none", 2, 1024, False, 0),
     # the server's defaults: -np auto is four slots in one unified cache, memory fitting on
     "draft-dflash-defaults.log.gz":      ("draft-dflash", "mirror", 4, 2048, True, 0),
@@ -116,6 +117,33 @@ def test_fixture_attribution_against_its_structure(name: str) -> None:
     if INDEX[name]["spec_type"] == "draft-dflash":
         assert s["known"] > 5
     assert (result.kv["context"] != "unknown").mean() >= 0.99
+
+
+def test_a_synthetic_acceptance_run_is_marked_synthetic() -> None:
+    """The real b11434 run with --spec-synth-len 2: its acceptance is the server's choice, and says so everywhere."""
+    from click.testing import CliRunner
+
+    from analyze.cli import cli
+    from analyze.views.triage import triage_row
+
+    path = FIXTURES / "draft-simple-synthetic.log.gz"
+    text = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
+    assert "synthetic speculative acceptance is enabled for benchmarking" in text  # the server's own words
+    out = CliRunner().invoke(cli, ["triage", "--json", str(path)]).stdout
+    acc = json.loads(out)["acceptance"]
+    assert acc["synthetic"] is True and acc["generated"] > 0
+    report = markdown_report(analyze.parse(path))
+    row = next(line for line in report.splitlines() if line.startswith("| draft acceptance |"))
+    assert "synthetic acceptance" in row and "say nothing about the drafter's quality" in row, row
+    assert "| mean accepted length (synthetic) |" in report
+    assert triage_row(str(path)).acceptance == "synthetic"
+    both = compare(analyze.parse(FIXTURES / "draft-simple-1slot.log.gz"), analyze.parse(path))
+    line = next(c for c in both.changes if c.startswith("acceptance: "))
+    assert " synthetic (" in line.split(" -> ")[1] and "synthetic" not in line.split(" -> ")[0], line
+    # a run without the flag is not
+    plain = json.loads(CliRunner().invoke(cli, ["triage", "--json", str(FIXTURES / "draft-simple-1slot.log.gz")]).stdout)
+    assert plain["acceptance"]["synthetic"] is False
+    assert "synthetic" not in markdown_report(analyze.parse(FIXTURES / "draft-simple-1slot.log.gz"))
 
 
 def test_faults_keep_their_divergence(seed_report: Path) -> None:

@@ -195,3 +195,19 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
         assert noise_blocks == drafts, (name, noise_blocks, drafts)
     elif sc.spec_type == "draft-simple":
         assert not (shaped["context"] == "drafter").any()  # its drafter wants one output per step
+
+
+def test_a_synthetic_acceptance_run_is_marked_synthetic(matrix: Matrix) -> None:
+    """b11434's --spec-synth-len 2, run for real: the server makes up what is accepted, and the verdict says so
+    (triage --json's acceptance.synthetic) while the run stays healthy."""
+    from analyze.views.report import markdown_report
+
+    run, result, h = matrix.get("draft-simple-synthetic")
+    assert "--spec-synth-len" in result.meta["flags"]  # from the manifest's command
+    assert (result.events["pattern"] == "synthetic_enabled").sum() == 1  # and from the server's own warning
+    acc = result.verdict.acceptance
+    assert acc["synthetic"] is True and acc["generated"] > 0
+    assert h.healthy and result.verdict.kind == "draft_stats_only"
+    assert "synthetic acceptance" in markdown_report(result)
+    _, plain, _ = matrix.get("draft-simple-1slot")
+    assert plain.verdict.acceptance["synthetic"] is False

@@ -1,0 +1,249 @@
+"""Failure concepts: the layer behind the pattern table, for failures told in words the table does not know.
+
+The pattern table (analyze/patterns.py) knows llama.cpp's own wordings letter by letter. Reports also tell
+a failure in a wrapper's words: return codes named as enums (`NoKvSlot`, `NoKvCacheSlot`, `DecodeError(1)`),
+exception classes (.NET `LLamaDecodeError`, Python `RuntimeError: ...`), Go panics, a runner's `signal:
+illegal instruction`, prose such as `Decode Error 1` or `device lost`. Each concept below is one failure
+family with the stems it is named by, written so that any naming style matches: CamelCase and snake_case
+and words with spaces (a separator is `[\\s_-]?`) and any case. The walker asks this layer only about lines
+no table entry read (or only the generic one did), so the hot path never pays for it; a line it recognises
+becomes a failure of the concept's kind at a lower confidence (its variant starts with `CONCEPT_PREFIX`,
+and the verdict only takes such failures where the table found none).
+
+`examples` are the lines a concept is for and `not_examples` lines that name its words without reporting a
+failure (prose about decoding, a UnicodeDecodeError): tests/analyze/test_concepts.py holds both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recognised
+_S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`
+_B = r"(?:^|[^a-z])"  # a word starts here (no look-behind: the table's rule, so RE2/Rust engines run them too)
+_E = r"(?:$|[^a-z])"  # and ends here
+# a return code after the name: `DecodeError(1)`, `Decode Error 1`, `NoKvSlot = 1`, `code -1`, `ret=1`
+def _code(n: int) -> str:
+    return (r"(?:(?:\W{0,3}(?:code|ret|rc|returned|result|status|with|error)){0,2}\W{0,3}?"
+            rf"(?P<ret{n}>-?\d{{1,3}})(?:$|[\s),;'\"\]]))?")
+
+
+_DRAFT_WORDS = re.compile(r"draft|mtp|eagle|dflash|speculative", re.IGNORECASE)
+
+
+@dataclass(slots=True, frozen=True)
+class Concept:
+    name: str
+    kind: str  # the failure kind it gives (records.SEVERITY's): decode_failed, kv_slot, assert, error, load
+    regex: re.Pattern[str]
+    examples: tuple[str, ...] = ()
+    not_examples: tuple[str, ...] = ()
+
+    @property
+    def variant(self) -> str:
+        return CONCEPT_PREFIX + self.name
+
+
+def _c(name: str, kind: str, *alternatives: str, examples: tuple[str, ...] = (),
+       not_examples: tuple[str, ...] = ()) -> Concept:
+    return Concept(name, kind, re.compile("|".join(f"(?:{a})" for a in alternatives), re.IGNORECASE),
+                   examples, not_examples)
+
+
+# Tried in order; the first that matches names the line. Position and KV-room come before the general
+# decode failure: a wrapper's `DecodeError: no KV slot` is the KV room's.
+CONCEPTS: tuple[Concept, ...] = (
+    _c("position_check", "decode_failed",
+       rf"{_B}inconsistent{_S}(?:sequence{_S})?positions?",
+       rf"{_B}positions?{_S}(?:mismatch|not{_S}(?:consecutive|continuous)|inconsistent)",
+       rf"{_B}invalid{_S}(?:sequence{_S})?positions?{_E}",
+       examples=("LLamaSharp.Exceptions.LLamaDecodeError: InconsistentPositions",
+                 "error: decode: position mismatch for seq 0",
+                 "ValueError: positions not consecutive in batch"),
+       not_examples=("The position of the cursor is inconsistently rendered in the UI",)),
+    _c("no_kv_slot", "kv_slot",
+       rf"{_B}no{_S}(?:free{_S})?kv{_S}(?:cache{_S})?slots?",
+       rf"{_B}(?:kv{_S}cache|kv|context(?:{_S}window)?){_S}(?:is{_S})?full{_E}",
+       rf"{_B}context{_S}(?:size{_S}|window{_S}|length{_S})?(?:exceeded|overflow)",
+       r"exceed\w*\s+(?:the\s+)?(?:maximum\s+|available\s+|model'?s?\s+)?context",
+       rf"{_B}(?:find|found|get){_S}(?:a{_S})?(?:free{_S})?(?:kv|memory){_S}(?:cache{_S})?slot",
+       examples=("LLamaSharp.Exceptions.LLamaDecodeError: NoKvSlot",
+                 "LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'NoKvSlot'",
+                 "DecodeResult.NoKvCacheSlot",
+                 "Error: llama_decode returned NO_KV_SLOT",
+                 "ValueError: Requested tokens (5000) exceed context window of 4096",
+                 "error: context full, cannot continue",
+                 "panic: could not find a free kv slot",
+                 "Error: KvCacheFull"),
+       not_examples=("The kv cache slot layout is described in the docs",
+                     "the context was full of useful examples")),
+    _c("compute_failed", "decode_failed",
+       rf"{_B}failed{_S}to{_S}compute{_S}(?:the{_S})?graph",
+       rf"{_B}graph{_S}compute\w*\s+failed",
+       rf"{_B}compute{_S}(?:error|failed|failure)",
+       examples=("process_ubatch: failed to compute graph, compute status: -1",
+                 "ggml_backend_sched_graph_compute_async failed with error -1",
+                 "LLamaDecodeError: ComputeFailed"),
+       not_examples=("compute buffer size = 1.64 MiB, computed in 3 ms",)),
+    _c("decode_failed", "decode_failed",
+       rf"{_B}(?:llama{_S})?(?:decode|eval){_S}(?:has{_S}|was{_S})?(?:error|failed|failure|exception){_code(1)}",
+       rf"{_B}llama{_S}decode\w*\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
+       rf"{_B}llama{_S}decode\w*\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
+       rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
+       rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?\d{{1,3}}{_E})",
+       examples=("LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'Error'",
+                 "Decode Error 1",
+                 "DecodeError(-1)",
+                 "RuntimeError: llama_decode failed with code -1",
+                 "decode_failed: ret = -3",
+                 "Error: failed to decode prompt",
+                 "llama_decode: ret = -3",
+                 "Error: Eval has failed"),
+       not_examples=("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
+                     "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+                     "speculative decoding makes decode about twice as fast",
+                     "prompt eval time =     150.06 ms /    24 tokens")),
+    _c("assert", "assert",
+       r"GGML_ASSERT",
+       rf"{_B}assert(?:ion)?{_S}(?:failed|failure|error)",
+       r"terminate called after throwing",
+       r"GGML_ABORT|ggml_abort",
+       r"^\W*(?-i:Aborted|Abort trap)(?:\W|$)",
+       examples=("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234",
+                 "AssertionError: draft model returned no tokens",
+                 "terminate called after throwing an instance of 'std::runtime_error'",
+                 "Abort trap: 6"),
+       not_examples=("I aborted the request after a minute", "the assert is there for a reason")),
+    _c("exception", "assert",
+       rf"{_B}(?:unhandled|uncaught){_S}(?:exception|error|promise{_S}rejection|rejection)",
+       r"^\s+at (?:async )?[\w$<>`\[\]]+(?:\.[\w$<>`\[\]]+)+\s?\(",
+       examples=("Unhandled exception. System.Exception: boom",
+                 "   at LLama.StatelessExecutor.<InferAsync>d__9.MoveNext()",
+                 "    at LlamaContext.evaluate (file:///app/node_modules/node-llama-cpp/dist/index.js:10:5)",
+                 "UnhandledPromiseRejection: This error originated either by throwing inside of an async function"),
+       not_examples=("  at least that is what I saw (twice)", "I looked at e.g. (the docs)")),
+    _c("crash_signal", "assert",
+       rf"{_B}SIG(?:SEGV|ABRT|ILL|BUS|FPE){_E}",
+       rf"{_B}segmentation{_S}fault|{_B}seg{_S}fault",
+       r"illegal instruction|illegal memory access|access violation|core dumped",
+       r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
+       r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
+       r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
+       r"(?:model|server|runner|process|engine) has crashed|process no longer running",
+       r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
+       r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
+       examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
+                 "Thread 1 received signal SIGSEGV, Segmentation fault.",
+                 "Error: llama runner process has terminated: exit status 0xc0000409",
+                 "zsh: segmentation fault  ./llama-server -m model.gguf",
+                 "panic: runtime error: invalid memory address or nil pointer dereference",
+                 "Killed",
+                 "thread 'main' panicked at src/main.rs:42:5:",
+                 "The model has crashed without additional information. (Exit code: 18446744072635812000)",
+                 "Error: llama runner process no longer running: -1 "),
+       not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
+    _c("device_lost", "assert",
+       rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
+       r"VK_ERROR_DEVICE_LOST|DXGI_ERROR_DEVICE_(?:REMOVED|HUNG|RESET)",
+       r"GPU (?:hang|fault|has fallen off the bus)|fallen off the bus",
+       examples=("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
+                 "VK_ERROR_DEVICE_LOST",
+                 "Error: device lost",
+                 "NVRM: Xid 79, GPU has fallen off the bus."),
+       not_examples=("Is there a device list option?",)),
+    _c("out_of_memory", "error",
+       rf"out{_S}of{_S}(?:device{_S}|gpu{_S}|video{_S}|host{_S}|system{_S})?memory",  # inside CamelCase names too
+       rf"{_B}(?:not{_S}enough|insufficient){_S}(?:free{_S})?(?:device{_S}|gpu{_S}|video{_S}|system{_S})?memory",
+       rf"{_B}requires{_S}more{_S}(?:system{_S}|gpu{_S}|video{_S})?memory",
+       r"cudaMalloc failed|cudaErrorMemoryAllocation|hipErrorOutOfMemory|ErrorOutOfDeviceMemory",
+       rf"{_B}failed{_S}to{_S}allocate\w*\s+(?:[\w.]+\s+)?(?:buffer|memory|\d+(?:\.\d+)?\s*MiB)",
+       rf"{_B}OOM(?:{_S}killed|{_S}error)?{_E}",
+       examples=("CUDA error: out of memory",
+                 "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
+                 "out of memory",
+                 "ggml_vulkan: Device memory allocation of size 1073741824 failed. ErrorOutOfDeviceMemory",
+                 "llama_kv_cache: failed to allocate buffer for kv cache",
+                 "OutOfMemoryError",
+                 "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+                 "Error: model requires more system memory (12.4 GiB) than is available (7.9 GiB)"),
+       not_examples=("it uses about 5 GB of memory",)),
+    # a GPU backend's own error line (CUDA's is the table's `cuda_error`): the backend aborts after it
+    _c("backend_error", "assert",
+       r"(?:^|[^A-Za-z])(?:HIP|ROCm|SYCL|MUSA|CANN|Metal|Vulkan|OpenCL) error\b",
+       r"hipError\w+|VK_ERROR_\w+|UR_RESULT_ERROR_\w+",
+       examples=("ROCm error: invalid device function",
+                 "SYCL error: CHECK_TRY_ERROR((*stream).memcpy(...).wait()): Exception caught in this line of code.",
+                 "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
+       not_examples=("built with the ROCm backend, no error so far",)),
+    _c("load_failed", "load",
+       rf"{_B}(?:failed|unable|could{_S}not|cannot|can't|couldn't){_S}(?:to{_S})?load{_S}(?:the{_S})?"
+       rf"(?:draft{_S}|target{_S}|main{_S}|mtp{_S}|eagle\d?{_S})?(?:model|drafter|gguf)",
+       rf"{_B}(?:draft{_S})?model{_S}load(?:ing)?{_S}(?:failed|error|failure|exception)",
+       rf"{_B}error{_S}loading{_S}(?:draft{_S})?model",
+       rf"{_B}(?:failed|unable){_S}to{_S}(?:create|initiali[sz]e|init){_S}(?:the{_S})?(?:llama{_S})?context",
+       rf"{_B}(?:LoadModel|ModelLoad|LoadWeights){_S}(?:Error|Exception|Failed)",
+       examples=("llama_load_model_from_file: failed to load model",
+                 "LLama.Exceptions.LoadWeightsFailedException: Failed to load model 'model.gguf'",
+                 "ValueError: Failed to load model from file: models/7B/ggml-model.gguf",
+                 "Error: unable to load draft model",
+                 "llama_model_load: error loading model architecture: unknown model architecture: 'qwen35'",
+                 "ModelLoadError"),
+       not_examples=("I load the model with -m and it works",)),
+    # an HTTP error answer from llama-server (its JSON `type` for a 500) or a client that names the status
+    _c("server_error", "error",
+       r"[\'\"]type[\'\"]\s*:\s*[\'\"]server_error",
+       rf"{_B}internal{_S}server{_S}error",
+       examples=('{"error":{"code":500,"message":"The model produced output that does not match",'
+                 '"type":"server_error"}}',
+                 "openai.InternalServerError: Error code: 500",
+                 "HTTP/1.1 500 Internal Server Error"),
+       not_examples=("the server answered 200 OK",)),
+)
+
+# a word one of the concepts' wordings needs (lower case): a line without any is not looked at further, which
+# keeps the layer off the ordinary lines of a healthy log (its slot, draft and loader lines name none)
+_CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "terminat", "crash", "exit status",
+         "exit code", "signal", "sigsegv", "sigabrt", "sigill", "sigbus", "sigfpe", "illegal", "violation", "dumped",
+         "panic", "nil pointer", "lost", "removed", "hung", "hang", "fallen", "memory", "oom", "full", "exceed",
+         "overflow", "mismatch", "inconsistent", "invalid", "consecutive", "continuous", "unable", "could not",
+         "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
+         "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
+         "not enough", "killed", "panicked", "no longer running", "vk_error", "ur_result", "bus error",
+         "floating point")
+
+
+BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
+CRASH = BY_NAME["crash_signal"]
+# backtrace frames that only a crash prints: ggml's handlers, the C++ runtime's terminate, libc's abort
+CRASH_FRAMES = frozenset(("ggml_print_backtrace", "ggml_abort", "ggml_uncaught_exception", "std::terminate",
+                          "abort", "__GI_abort", "raise", "__GI_raise", "__pthread_kill_implementation",
+                          "__pthread_kill", "pthread_kill", "__cxa_throw", "_Unwind_Resume"))
+
+
+def crash_frame(fn: str) -> bool:
+    """Whether a backtrace frame's function is one only a crash runs (a paste of frames alone is a crash)."""
+    return fn in CRASH_FRAMES
+
+
+def recognise(line: str) -> tuple[Concept, re.Match[str]] | None:
+    """The concept a line names, and its match; None when it names none."""
+    low = line.lower()
+    if not any(c in low for c in _CUES):
+        return None
+    for concept in CONCEPTS:
+        m = concept.regex.search(line)
+        if m is not None:
+            return concept, m
+    return None
+
+
+def code_of(m: re.Match[str]) -> int | None:
+    """The return code a concept's match names (`DecodeError(1)`: 1), or None."""
+    return next((int(v) for k, v in m.groupdict().items() if k.startswith("ret") and v is not None), None)
+
+
+def side_of(line: str) -> str:
+    """`drafter` when the line itself says the draft side failed (a draft model, MTP, EAGLE, DFlash), else
+    `unknown`: a concept never decides the side on less."""
+    return "drafter" if _DRAFT_WORDS.search(line) is not None else "unknown"

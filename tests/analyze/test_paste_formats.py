@@ -1,0 +1,136 @@
+"""What a paste does to llama.cpp's lines (log-formats §10.6): re-wrapped at about 72 columns, all its newlines
+lost, journald and docker-compose and router prefixes, journald lines cut at the terminal width, `[pid]`
+before every backtrace frame, the 2023 assert form, the `cmn` tag, statistics in a script's template, and a
+draft model loaded near a decode that fails. The lines are built to the format notes (§3.2, §6, §10.6)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+import analyze
+from analyze.normalize import rejoin, split_glued, uncut
+
+BLOCK = [
+    "init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:",
+    " - the last position stored in the memory module of the context (i.e. the KV cache) for sequence 0 is X = 259",
+    " - the tokens for sequence 0 in the input batch have a starting position of Y = 1361",
+    " it is required that the sequence positions remain consecutive: Y = X + 1",
+    "decode: failed to initialize batch",
+    "llama_decode: failed to decode, ret = -1",
+]
+
+
+def _xy(text: str) -> tuple[str, int | None, int | None, int | None]:
+    v = analyze.parse(text.encode()).verdict
+    return v.kind, v.seq_id, v.last_pos, v.batch_start
+
+
+@pytest.mark.parametrize("width", [*range(30, 109, 6), 72])
+def test_a_block_re_wrapped_at_a_paste_width_still_gives_x_and_y(width: int) -> None:
+    """Cut in two, three or four pieces; every width in one process, so what one paste leaves in the reader's
+    memo must not change how the next is read."""
+    wrapped = [part for line in BLOCK for part in textwrap.wrap(line, width)]
+    assert len(wrapped) > len(BLOCK)  # the X line at least is cut
+    assert _xy("\n".join(wrapped) + "\n") == ("inconsistent_positions", 0, 259, 1361)
+
+
+def test_a_re_wrapped_block_twice_reads_the_same_both_times() -> None:
+    """The accelerator skips lines it remembers: the halves of a re-wrapped line must come back to the walker."""
+    wrapped = "\n".join(part for line in BLOCK for part in textwrap.wrap(line, 72)) + "\n"
+    r = analyze.parse((wrapped + "srv  update_slots: all slots are idle\n" * 40 + wrapped).encode())
+    assert [(e.last_pos, e.batch_start) for e in r.errors.itertuples()] == [(259, 1361), (259, 1361)]
+
+
+def test_rejoin_takes_only_short_lines_with_a_word_worth_joining() -> None:
+    assert rejoin(" - the tokens for sequence 0 in the input batch have a starting position of", "Y = 1361") == (
+        " - the tokens for sequence 0 in the input batch have a starting position of Y = 1361")
+    assert rejoin("hello", "world") is None
+    assert rejoin("x" * 300 + " sequence", "Y = 1") is None
+
+
+def test_a_docker_compose_log_pasted_on_one_line_reads_as_its_lines() -> None:
+    lines = [f"llama-bee    | {line}" for line in BLOCK]
+    one = " ".join(["llama-bee    | main: server is listening on http://127.0.0.1:8080 - starting the main loop",
+                    *lines])
+    assert split_glued(one) == ["llama-bee    | main: server is listening on http://127.0.0.1:8080 - starting the main loop",
+                                *lines]
+    assert _xy(one + "\n") == _xy("\n".join(lines) + "\n") == ("inconsistent_positions", 0, 259, 1361)
+
+
+def test_a_long_ordinary_line_is_not_split() -> None:
+    line = "llama_model_loader: - kv  14: tokenizer.ggml.token_type arr[i32,654] = [" + ", ".join(["1"] * 300) + "]"
+    assert split_glued(line) is None
+
+
+def test_journald_lines_cut_at_the_terminal_width_lose_their_cut_word() -> None:
+    head = "Apr 27 08:12:09 host llama-server[888649]: "
+    cut = head + BLOCK[1][:-2] + ">"  # `X = 2>`: the 59 was cut off
+    assert uncut(cut) == head + BLOCK[1][:-3]
+    assert uncut(BLOCK[1] + " ->") == BLOCK[1] + " ->"  # no journald prefix: left alone
+    kind, seq, x, _ = _xy("\n".join([head + BLOCK[0], cut, head + BLOCK[2][:40] + ">", head + BLOCK[4]]) + "\n")
+    assert (kind, seq, x) == ("inconsistent_positions", 0, None)  # never the cut 2
+    whole = "\n".join(head + line for line in BLOCK) + "\n"
+    assert _xy(whole) == ("inconsistent_positions", 0, 259, 1361)
+
+
+@pytest.mark.parametrize("prefix", ["[39385] ", "llama-bee    | ", "llama-swap-1  | [39385] ",
+                                    "2026-04-27T08:12:09+0200 host llama-server[888649]: "])
+def test_router_docker_and_journald_prefixes(prefix: str) -> None:
+    assert _xy("\n".join(prefix + line for line in BLOCK) + "\n") == ("inconsistent_positions", 0, 259, 1361)
+
+
+def test_pid_prefixed_backtrace_frames_belong_to_the_failure_and_name_its_side() -> None:
+    text = "\n".join([
+        "[60957] /src/llama.cpp/src/llama-context.cpp:1023: GGML_ASSERT(n_tokens_all <= cparams.n_batch) failed",
+        "[60957] #0  0x00007f3c2a1b2c3d in ggml_abort () from libggml-base.so",
+        "[60957] #1  0x00007f3c2a1b2c3e in llama_decode () from libllama.so",
+        "[60957] #2  0x00007f3c2a1b2c3f in common_speculative_draft(common_speculative*, int) () from libcommon.so",
+    ]) + "\n"
+    r = analyze.parse(text.encode())
+    assert len(r.errors) == 1
+    assert r.verdict.component == "drafter"
+    assert r.verdict.component_evidence == 4
+
+
+def test_the_2023_assert_form_is_an_assert() -> None:
+    r = analyze.parse(b"GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size <= ggml_nbytes(view_src)\n"
+                      b"zsh: abort      ./main -m model.gguf\n")
+    assert r.verdict.kind == "other"
+    assert r.errors["variant"].iloc[0] == "ggml_assert_old"
+
+
+def test_the_cmn_tag_is_a_llama_cpp_line() -> None:
+    v = analyze.parse(b"0.00.079.033 I cmn  common_param: device_info:\n").verdict
+    assert v.kind == "other"  # a log, with no failure: not no_log
+
+
+@pytest.mark.parametrize("stats", [
+    "  code_python        pred= 192 draft=  89 acc=  84 rate=0.944 tok/s=52.3\n"
+    "  code_cpp           pred= 192 draft=  83 acc=  77 rate=0.928 tok/s=50.3\n",
+    "INFO [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.91, Accepted: 632 tokens, Drafted: 1655 tokens\n",
+    "speculative: accepted 84 of 89 draft tokens (94.4%)\n",
+])
+def test_statistics_in_a_template_or_in_prose_make_a_healthy_run(stats: str) -> None:
+    v = analyze.parse(stats.encode()).verdict
+    assert v.kind == "draft_stats_only"
+    assert v.acceptance["generated"] > v.acceptance["accepted"] > 0
+
+
+def test_a_console_spinner_glued_to_the_first_line_is_not_a_failure() -> None:
+    text = ("\\|/-\\|/-build: 4067 (54ef9cfc) with cc (GCC) 14.2.1 20240910 for x86_64-pc-linux-gnu\n"
+            "main: model loaded\n"
+            "draft acceptance rate = 0.75000 (   75 accepted /   100 generated)\n")
+    v = analyze.parse(text.encode()).verdict
+    assert v.kind == "draft_stats_only"
+    assert v.n_errors == 0
+
+
+def test_a_draft_model_loaded_nearby_does_not_decide_a_failing_decode_s_side() -> None:
+    text = ("srv    load_model: loading draft model 'draft.gguf'\n"
+            "decode: failed to find a memory slot for batch of size 512\n")
+    assert analyze.parse(text.encode()).verdict.component == "unknown"
+    load = ("srv    load_model: loading draft model 'draft.gguf'\n"
+            "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape\n")
+    assert analyze.parse(load.encode()).verdict.component == "drafter"  # a load right after it is the draft's
