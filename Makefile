@@ -15,10 +15,28 @@ PY313 ?= $(shell (command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare
 
 .PHONY: setup demo test lint bench samples server browser core-smoke clean scenarios
 
-$(STAMP): pyproject.toml analyze/_skim.c
+# The engine's llama-cpp-python (the version pyproject pins), with llama.cpp's RPC backend: `--devices N` serves
+# N devices from this same llama.cpp (capture/engine/rpc_server.py), so the RPC protocol always matches.
+# LLAVA_BUILD=OFF skips libmtmd. pip's wheel cache ignores CMAKE_ARGS, so the wheel is built once into a folder
+# named after them and installed from there (as for llama-server below); the stamp is named after them too, so
+# a venv made with other flags gets this build.
+ENGINE_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_RPC=ON
+ENGINE_VERSION := $(shell sed -n 's/^ *"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
+ENGINE_KEY := $(shell printf '%s' '$(ENGINE_CMAKE_ARGS)' | sha256sum | cut -c1-12)
+ENGINE_WHEELS := $(HOME)/.cache/kvtrace/wheels/llama-cpp-python-$(ENGINE_VERSION)-$(ENGINE_KEY)
+ENGINE_STAMP := $(VENV)/.llama-cpp-python-$(ENGINE_VERSION)-$(ENGINE_KEY)
+$(ENGINE_STAMP):
+	test -n "$(ENGINE_VERSION)" || (echo "pyproject.toml pins no llama-cpp-python==VERSION" >&2; exit 1)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e '.[engine,test,cluster]'
+	ls $(ENGINE_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(ENGINE_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-cache-dir --no-deps -w $(ENGINE_WHEELS) llama-cpp-python==$(ENGINE_VERSION)
+	$(BIN)/pip install -q --force-reinstall --no-deps $(ENGINE_WHEELS)/llama_cpp_python-*.whl
+	touch $@
+
+$(STAMP): pyproject.toml analyze/_skim.c $(ENGINE_STAMP)
+	$(BIN)/pip install -q -e '.[engine,test,cluster]'
+	$(BIN)/python -c "from capture.engine.rpc_server import load_ggml, rpc_proc; rpc_proc(load_ggml(), 'ggml_backend_rpc_start_server')"
 	touch $@
 
 setup: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from analyze.cli.options import json_flag, progress_option, session_out_option, 
 from capture.engine.config import (
     DRAFTING,
     FAULTS,
+    MAX_DEVICES,
     SPEC_TYPES,
     SPLIT_MODES,
     EngineConfig,
@@ -67,17 +69,24 @@ def _engine_options(f: Any) -> Any:
                      "one-token drafter decodes."),
         click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
                      help="CPU threads per context (1 is fastest for the tiny models)."),
-        click.option("--n-gpu-layers", "-ngl", type=int, default=0, show_default=True,
-                     help="Layers to offload (needs a GPU build of llama-cpp-python; -1 = all)."),
-        click.option("--split-mode", type=click.Choice(list(SPLIT_MODES)), default="layer", show_default=True,
-                     help="How a model spreads over several GPUs."),
-        click.option("--tensor-split", callback=_tensor_split, metavar="A,B,...",
-                     help="Share of the model per GPU, e.g. 3,1."),
-        click.option("--main-gpu", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="The GPU used with --split-mode none."),
+        click.option("--n-gpu-layers", "-ngl", type=int, default=None,
+                     help="Layers to offload to the devices (-1 = all; default: all with --devices or --rpc, "
+                     "else 0)."),
+        click.option("--split-mode", "-sm", type=click.Choice(list(SPLIT_MODES)), default="layer",
+                     show_default=True, help="How the target spreads over several devices."),
+        click.option("--tensor-split", "-ts", callback=_tensor_split, metavar="A,B,...",
+                     help="Share of the target per device, e.g. 3,1."),
+        click.option("--main-gpu", "-mg", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="The device used with --split-mode none (an index into the run's devices)."),
+        click.option("--devices", type=click.IntRange(0, MAX_DEVICES), default=0, show_default=True,
+                     help="Start N llama.cpp RPC devices on loopback (this llama.cpp's own, one CPU each), "
+                     "stopped when the capture ends: a multi-GPU layout on one CPU."),
         click.option("--rpc", callback=_endpoints, metavar="HOST:PORT,...",
-                     help="llama.cpp RPC servers (ggml-rpc-server), each one more device; needs a "
-                     "llama-cpp-python built with the RPC backend."),
+                     help="Your own llama.cpp RPC servers on loopback, each one more device (run one with "
+                     "python -m capture.engine.rpc_server -p PORT: the same llama.cpp)."),
+        click.option("--draft-device", "-devd", default="", metavar="DEVICE",
+                     help="The drafter's device, as llama-server's -devd: RPC1 (names as llama.cpp gives "
+                     "them, RPC0 first), none = the CPU; default: the target's devices."),
         click.option("--pace", "pace_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
                      metavar="SECONDS", help="Sleep this long after each cycle (the log flushed first): a "
                      "capture slow enough to follow live with kvtrace dashboard SESSION --follow."),
@@ -105,34 +114,63 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         flavor=kw["flavor"],
         drafting=kw["drafting"],
         n_threads=kw["threads"],
-        n_gpu_layers=kw["n_gpu_layers"],
+        n_gpu_layers=kw["n_gpu_layers"] if kw["n_gpu_layers"] is not None else -1 if kw["devices"] or kw["rpc"] else 0,
         split_mode=kw["split_mode"],
         tensor_split=kw["tensor_split"],
         main_gpu=kw["main_gpu"],
         rpc=kw["rpc"],
+        devices=kw["devices"],
+        draft_device=kw["draft_device"],
         progress=want_progress(progress),
         pace_s=kw["pace_s"],
     )
 
 
 def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> EngineResult:
-    """Run the engine into a new session folder; bad settings exit 2 with one line."""
+    """Run the engine into a new session folder; bad settings exit 2 with one line. Ctrl-C, SIGTERM and SIGHUP
+    stop it at its next decode: the session is written up, the RPC devices it started are stopped, and the
+    exit code is 128 + the signal's number."""
+    import signal
+    import threading
+
     from capture.engine import engine_models, run_engine
+    from capture.engine.config import EngineStopped, check_stop, request_stop
+    from capture.engine.devices import open_devices
     from capture.session import new_session
 
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, request_stop) for sig in handled} if main else {}
+    session = None
     try:
         require_llama_cpp()
         config.validate()
-        if config.rpc:
-            from capture.engine.llama import add_rpc_servers
-
-            add_rpc_servers(config.rpc)
-        models = engine_models(config)  # before the folder exists: bad models leave nothing behind
-        session = new_session("engine", label or config.fault, out=out)
-        return run_engine(config, session, models)
+        # devices and models before the folder exists: an unusable setting leaves nothing behind
+        with open_devices(config) as devices:
+            check_stop()
+            models = engine_models(config)
+            session = new_session("engine", label or config.fault, out=out)
+            result = run_engine(config, session, models, devices)
+        check_stop()
+        return result
     except EngineError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         raise SystemExit(2) from None
+    except EngineStopped as exc:
+        where = f"; {session.path} holds what it captured" if session is not None else ""
+        click.echo(f"kvtrace: {exc}{where}", err=True)
+        raise SystemExit(128 + exc.signum) from None
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def layout_text(layout: dict[str, Any]) -> str:
+    """`RPC0 127.0.0.1:50152, RPC1 127.0.0.1:50153 (started here); target on RPC0, RPC1; drafter on RPC1`."""
+    rpc = layout["rpc"]
+    started = " (started here)" if all(d["started_here"] for d in rpc) else ""
+    devices = ", ".join(f"{d['device']} {d['endpoint']}" for d in rpc)
+    return f"{devices}{started}; target on {', '.join(layout['target'])}; drafter on {', '.join(layout['drafter'])}"
 
 
 @click.command(name="engine")
@@ -152,8 +190,12 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     Without --target/--drafter it generates a tiny model pair once (cached under $KVTRACE_CACHE or
     ~/.cache/kvtrace/models): no download, no GPU needed.
 
+    With --devices N the target is split over N llama.cpp RPC devices started on loopback (this
+    llama.cpp's own, stopped when the capture ends), the drafter on the one --draft-device names.
+
     Exit code: 0 captured (injected failures included); 1 a healthy run (--fault none) hit a decode
-    failure; 2 bad settings or unusable models.
+    failure; 2 bad settings, models or devices; 128 + N stopped by signal N (Ctrl-C: 130), the session
+    written up to there.
 
     \b
     Examples:
@@ -163,6 +205,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
       kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
       kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2
+      kvtrace capture engine --devices 2 --tensor-split 1,1 --draft-device RPC1
       kvtrace capture engine --target t.gguf --drafter d.gguf -ngl 99 --tensor-split 1,1
     """
     config = _config(kw)
@@ -180,6 +223,8 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
             f"decodes:  {result.n_decodes} ({result.n_failures} refused by llama.cpp); "
             f"drafts accepted {result.accepted}/{result.drafted} ({result.acceptance:.1%})"
         )
+        if result.layout:
+            click.echo(f"devices:  {layout_text(result.layout)}")
         click.echo(f"next:     kvtrace triage {result.session}")
     if config.fault == "none" and result.n_failures:
         raise SystemExit(1)
@@ -200,18 +245,24 @@ def _dashboard_ready() -> bool:
 @session_out_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated models and prompts.")
 @click.option("--port", type=click.IntRange(1, 65535), help="Dashboard port (default: the first free from 8501).")
-def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None) -> None:
+@click.option("--devices", type=click.IntRange(0, MAX_DEVICES), default=0, show_default=True,
+              help="Run on N llama.cpp RPC devices on loopback: the target split by layer over all of them, the "
+              "drafter on the last (the seed report's multi-GPU layout on one CPU).")
+def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None, devices: int) -> None:
     """See the drafter-KV failure for real in a minute: no GPU, no download.
 
     Generates a tiny target and a tiny DFlash drafter, runs real llama.cpp speculative decoding
     (upstream's DFlash graph) with a drafter that goes stale at a request reset (`--fault
     stale-drafter`), reads the captured log and prints
     the triage, then opens the dashboard on it at http://127.0.0.1:PORT (Ctrl-C to stop).
+    With --devices 2: on two RPC devices started on loopback, target split by layer over RPC0 and
+    RPC1 (-ngl all -sm layer -ts 1,1), the drafter on RPC1 (-devd RPC1).
 
     \b
     Examples:
       kvtrace demo
       kvtrace demo --no-dashboard
+      kvtrace demo --devices 2
       kvtrace demo --out ./demo-session --port 8600
     """
     from capture.models import ensure_upstream_drafter
@@ -230,11 +281,16 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo(f"    {dflash.parent}", err=True)
     click.echo("2/3 capture: real llama.cpp and its DFlash graph, drafter left stale after a reset ...", err=True)
     config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None))
+    if devices:  # a command's own process names its devices RPC0, RPC1, ... in the order they are registered
+        config = replace(config, devices=devices, n_gpu_layers=-1, split_mode="layer", tensor_split=(1.0,) * devices,
+                         draft_device=f"RPC{devices - 1}")
     result = capture_engine(config, out, label="demo-stale-drafter")
     click.echo(
         f"    {result.session}: {result.n_decodes} decodes, {result.n_failures} refused by llama.cpp",
         err=True,
     )
+    if result.layout:
+        click.echo(f"    devices: {layout_text(result.layout)}", err=True)
     click.echo("3/3 triage:", err=True)
     try:
         import analyze

@@ -3,10 +3,13 @@ command line reads the choices from here without loading the engine)."""
 
 from __future__ import annotations
 
+import shlex
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from capture.engine.lines import FLAVORS
+from capture.rpc import is_loopback
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 DRAFTING = ("block", "chain")
@@ -14,8 +17,36 @@ DRAFTING = ("block", "chain")
 # target's layer inputs; draft-simple: a plain llama drafter (`drafting` picks its batch shape).
 SPEC_TYPES = ("draft-dflash", "draft-eagle3", "draft-simple")
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
+MAX_DEVICES = 16  # GGML_RPC_MAX_SERVERS
+
+
 class EngineError(RuntimeError):
     """The engine cannot run as asked; the message is one line for the user."""
+
+
+class EngineStopped(Exception):
+    """The run was asked to stop by a signal (request_stop); what it captured so far is written up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_STOP: list[int] = []  # signals received, for the loop to act on
+
+
+def request_stop(signum: int, _frame: object = None) -> None:
+    """A signal handler. A Python exception raised inside llama.cpp's log callback (where a signal's handler
+    often runs, mid-decode) is dropped there, so the handler only records the signal, and the loop raises
+    EngineStopped at its next decode (check_stop)."""
+    _STOP.append(signum)
+
+
+def check_stop() -> None:
+    if _STOP:
+        signum = _STOP[0]
+        _STOP.clear()
+        raise EngineStopped(signum)
 
 
 @dataclass(slots=True)
@@ -44,7 +75,9 @@ class EngineConfig:
     split_mode: str = "layer"
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
-    rpc: tuple[str, ...] = ()  # llama.cpp RPC servers (HOST:PORT), each one more device
+    rpc: tuple[str, ...] = ()  # the user's llama.cpp RPC servers (loopback HOST:PORT), each one more device
+    devices: int = 0  # RPC devices the run starts on loopback itself (and always stops)
+    draft_device: str = ""  # the drafter's device (RPC1; "none": the CPU); default: the target's devices
     progress: bool = False
     pace_s: float = 0.0  # sleep after each cycle, log flushed first: a capture slow enough to watch live
 
@@ -71,6 +104,46 @@ class EngineConfig:
             raise EngineError("--pace must be between 0 and 60 seconds")
         if min(self.n_ctx_target, self.n_ctx_drafter) < 256:
             raise EngineError("context sizes must be at least 256")
+        if not 0 <= self.devices <= MAX_DEVICES:
+            raise EngineError(f"--devices must be between 0 and {MAX_DEVICES}")
+        if self.devices and self.rpc:
+            raise EngineError("--devices starts its own RPC devices: give it or --rpc, not both")
+        for endpoint in self.rpc:
+            host, _, port = endpoint.rpartition(":")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise EngineError(f"--rpc {endpoint}: not HOST:PORT")
+            if not is_loopback(host):
+                raise EngineError(f"--rpc {endpoint}: only loopback addresses (an RPC server serves anyone who "
+                                  "reaches it)")
+        if self.draft_device and not (self.devices or self.rpc):
+            raise EngineError("--draft-device names one of the run's devices: give --devices N or --rpc too")
+
+    def command_line(self) -> str:
+        """The `kvtrace capture engine` command of this run, device flags in llama-server's spelling (`-ngl`,
+        `-sm`, `-ts`, `-mg`, `-devd`): what the reader takes the layout flags from, as for a wrapped server."""
+        args = ["kvtrace", "capture", "engine", "--spec-type", self.spec_type, "--fault", self.fault,
+                "--requests", str(self.requests), "--cycles", str(self.cycles), "--draft", str(self.draft),
+                "--seed", str(self.seed)]
+        if self.target is not None and self.drafter is not None:
+            args += ["--target", str(self.target), "--drafter", str(self.drafter)]
+        if self.spec_type == "draft-simple":
+            args += ["--drafting", self.drafting]
+        if self.flavor != "fork":
+            args += ["--flavor", self.flavor]
+        args += [] if self.kv_debug else ["--no-kv-debug"]
+        args += [] if self.log_prefix else ["--no-log-prefix"]
+        args += ["--threads", str(self.n_threads)]
+        if self.devices:
+            args += ["--devices", str(self.devices)]
+        if self.rpc:
+            args += ["--rpc", ",".join(self.rpc)]
+        args += ["-ngl", str(self.n_gpu_layers), "-sm", self.split_mode]
+        if self.tensor_split:
+            args += ["-ts", ",".join(f"{v:g}" for v in self.tensor_split)]
+        args += ["-mg", str(self.main_gpu)]
+        if self.draft_device:
+            args += ["-devd", self.draft_device]
+        return shlex.join(args)
 
 
 

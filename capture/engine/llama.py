@@ -1,18 +1,15 @@
-"""The llama.cpp layer: models, contexts, batches and KV calls through llama-cpp-python's ctypes API, and the
-devices llama.cpp sees. Only this module and the loop touch llama.cpp."""
+"""The llama.cpp layer: models, contexts, batches and KV calls through llama-cpp-python's ctypes API. Only this
+module, the loop and the devices (capture/engine/devices.py) touch llama.cpp."""
 
 from __future__ import annotations
 
 import ctypes
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from capture.engine.config import SPLIT_MODES, EngineConfig, EngineError
-from capture.gpus import query_gpus
 from capture.session import RAW_LOG
 
 # Set before the contexts exist: llama.cpp reads both once, with getenv, when a context is created.
@@ -42,13 +39,18 @@ class Context:
     """A model plus its context, memory handle and a reusable batch."""
 
     def __init__(self, llama: Any, name: str, path: Path, n_ctx: int, config: EngineConfig,
-                 other: Context | None = None) -> None:
+                 other: Context | None = None, devices: list[int] | None = None, main_gpu: int | None = None) -> None:
+        """`devices`: the ggml devices the model may use (None: llama.cpp's default, every device it knows);
+        `main_gpu`: an index into them (default: config.main_gpu)."""
         self.L = llama
         self.name = name
         mp = llama.llama_model_default_params()
         mp.n_gpu_layers = config.n_gpu_layers
         mp.split_mode = SPLIT_MODES[config.split_mode]
-        mp.main_gpu = config.main_gpu
+        mp.main_gpu = config.main_gpu if main_gpu is None else main_gpu
+        if devices is not None:  # NULL-terminated; kept alive while the model loads
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            mp.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if config.tensor_split:
             n_dev = llama.llama_max_devices()
             values = list(config.tensor_split)[:n_dev] + [0.0] * max(0, n_dev - len(config.tensor_split))
@@ -56,7 +58,7 @@ class Context:
             mp.tensor_split = self._tensor_split
         self.model = llama.llama_model_load_from_file(str(path).encode(), mp)
         if not self.model:
-            raise EngineError(f"llama.cpp could not load the {name} model {path} (see {RAW_LOG})")
+            raise EngineError(f"llama.cpp could not load the {name} model {path.name} (see {RAW_LOG})")
         cp = llama.llama_context_default_params()
         cp.n_ctx = n_ctx
         cp.n_batch = config.n_batch
@@ -161,68 +163,3 @@ class Context:
         self.L.llama_batch_free(self.batch)
         self.L.llama_free(self.ctx)
         self.L.llama_model_free(self.model)
-
-
-def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
-    """Register llama.cpp RPC servers as devices (what `--rpc` does in llama.cpp's own programs), or say in one
-    line that this llama-cpp-python has no RPC backend."""
-    from llama_cpp import _ggml
-
-    lib = _ggml.libggml
-    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-    reg = lib.ggml_backend_reg_by_name(b"RPC")
-    if not reg:
-        raise EngineError("--rpc needs llama.cpp's RPC backend, and this llama-cpp-python was built without it "
-                          "(reinstall it with CMAKE_ARGS=\"-DGGML_RPC=ON\")")
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
-    if not add:
-        raise EngineError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server: too old for --rpc")
-    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        try:  # ggml-rpc aborts the process on a server it cannot connect to: ask first
-            socket.create_connection((host, int(port)), timeout=5).close()
-        except (OSError, ValueError):
-            raise EngineError(f"cannot reach the RPC server {endpoint}") from None
-        server_reg = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)(endpoint.encode())
-        if not server_reg:
-            raise EngineError(f"cannot reach the RPC server {endpoint}")
-        lib.ggml_backend_register(server_reg)
-
-
-def device_info(config: EngineConfig) -> dict[str, Any]:
-    """The backends llama.cpp sees and which one ran the layers (CPU unless offload is real)."""
-    import llama_cpp
-
-    devices: list[dict[str, str]] = []
-    try:
-        from llama_cpp import _ggml
-
-        lib = _ggml.libggml
-        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-            getattr(lib, fn).restype = ctypes.c_char_p
-            getattr(lib, fn).argtypes = [ctypes.c_void_p]
-        lib.ggml_backend_dev_type.restype = ctypes.c_int
-        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-        kinds = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
-        for i in range(lib.ggml_backend_dev_count()):
-            dev = lib.ggml_backend_dev_get(i)
-            devices.append(
-                {
-                    "name": (lib.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
-                    "description": (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-                    "type": kinds.get(lib.ggml_backend_dev_type(dev), "other"),
-                }
-            )
-    except (AttributeError, OSError):  # an older or stripped ggml: say what is known
-        pass
-    offload = bool(llama_cpp.llama_supports_gpu_offload())
-    gpus = [d["name"] for d in devices if d["type"] in ("gpu", "igpu")]
-    ran_on = gpus if offload and gpus and config.n_gpu_layers != 0 else ["CPU"]
-    return {"ran_on": ran_on, "gpu_offload_supported": offload, "devices": devices, **query_gpus(os.environ)}

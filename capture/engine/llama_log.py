@@ -41,6 +41,8 @@ class LogWriter:
         self._t0 = time.perf_counter_ns()
         self._newlines = 0
         self.levels: Counter[int] = Counter()
+        self.first_error = ""  # the first ERROR entry since watch_errors(), as one line
+        self.tap: list[bytes] | None = None  # while a list: every entry is kept in it too (what a load said)
 
     @property
     def line(self) -> int:
@@ -49,11 +51,20 @@ class LogWriter:
 
     def write(self, level: int, text: bytes) -> None:
         self.levels[level] += 1
+        if self.tap is not None:
+            self.tap.append(text)
+        if level == ERROR and not self.first_error and text.strip():
+            self.first_error = " ".join(text.decode("utf-8", "replace").split())[:300]
         if self.prefix and level in LETTER:
             elapsed_us = (time.perf_counter_ns() - self._t0) // 1000
             self._f.write(f"{format_timestamp(elapsed_us)} {LETTER[level]} ".encode())
         self._f.write(text)
         self._newlines += text.count(b"\n")
+
+    def watch_errors(self) -> None:
+        """Forget the first ERROR entry seen so far: a call that fails next says why through first_error (a
+        model load logs its reason first, then a generic `failed to load model`)."""
+        self.first_error = ""
 
     def emit(self, level: int, message: str) -> None:
         """A line printed by the engine in place of server/speculative code (same rules as llama.cpp's)."""

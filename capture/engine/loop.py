@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from capture.engine.config import EngineConfig, EngineError
+from capture.engine.config import EngineConfig, EngineError, check_stop
 from capture.engine.lines import RequestTimings, ServerLines, SpecStats, spc_prefix
 from capture.engine.llama import SEQ, Context, layer_input_api
 from capture.engine.llama_log import LogWriter
 from capture.engine.records import CycleRecord, DecodeRecord
 from capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair, gguf_meta
+
+if TYPE_CHECKING:
+    from capture.engine.devices import RunDevices
 
 # Request kinds after the first ("new"), in turn: what a server slot sees between requests.
 REQUEST_KINDS = ("continue", "clear", "partial")
@@ -61,7 +66,8 @@ def prompt_text(rng: random.Random, n_words: int) -> str:
 class Engine:
     """One server slot's requests in a row: prompt, then draft/verify cycles, on real llama.cpp contexts."""
 
-    def __init__(self, config: EngineConfig, models: ModelPair, writer: LogWriter) -> None:
+    def __init__(self, config: EngineConfig, models: ModelPair, writer: LogWriter,
+                 devices: RunDevices | None = None) -> None:
         import llama_cpp
 
         self.L = llama_cpp
@@ -80,11 +86,20 @@ class Engine:
         self.eagle3 = config.spec_type == "draft-eagle3"
         self.hidden = self.dflash or self.eagle3  # drafters fed the target's layer inputs
         self.k = config.draft
-        self.target = Context(llama_cpp, "target", models.target, config.n_ctx_target, config)
+        self.w.tap = []  # llama.cpp says where it put each of the target's layers
+        try:
+            self.target = self._load("target", models.target, config.n_ctx_target, None,
+                                     devices.target() if devices else None)
+            said = b"".join(self.w.tap)
+        finally:
+            self.w.tap = None
         try:
             # DFlash and EAGLE3 drafters read the target's token embeddings and output head through ctx_other.
             other = self.target if self.hidden else None
-            self.drafter = Context(llama_cpp, "drafter", models.drafter, config.n_ctx_drafter, config, other)
+            if self.hidden and devices is not None and devices.rpc:
+                self._check_output_head(said, devices.names(config, devices.drafter()))
+            self.drafter = self._load("drafter", models.drafter, config.n_ctx_drafter, other,
+                                      devices.drafter() if devices else None)
         except EngineError:
             self.target.close()
             raise
@@ -110,6 +125,38 @@ class Engine:
             self._start_dflash()
         elif self.eagle3:
             self._start_eagle3()
+
+    def _load(self, name: str, path: Path, n_ctx: int, other: Context | None, devices: list[int] | None) -> Context:
+        """A model and its context, or EngineError with llama.cpp's own reason (its first ERROR line)."""
+        self.w.watch_errors()
+        # --main-gpu indexes the target's devices; a drafter put on one device of its own has only index 0
+        main_gpu = 0 if name == "drafter" and self.cfg.draft_device else None
+        try:
+            return Context(self.L, name, path, n_ctx, self.cfg, other, devices, main_gpu)
+        except EngineError as exc:
+            said = self.w.first_error
+            raise EngineError(f"{exc}: {said}" if said else str(exc)) from None
+
+    def _check_output_head(self, said: bytes, drafter_devices: list[str]) -> None:
+        """A DFlash or EAGLE3 drafter computes with the target's output head: on a device the drafter does not
+        have, ggml aborts the process (`pre-allocated tensor (output.weight) in a buffer ... that cannot run the
+        operation`). Refused in one line instead; llama.cpp's `layer N assigned to device` for the output layer
+        (N = n_layer) says where the head went."""
+        n_layer = self.L.llama_model_n_layer(self.target.model)
+        m = re.search(rb"layer +%d assigned to device ([\w.-]+)" % n_layer, said)
+        head = m[1].decode() if m else "CPU"
+        if head == "CPU":
+            return
+        if head == "Meta":  # --split-mode tensor: one Meta() device over the model's devices, shared only as a whole
+            if self.cfg.draft_device:
+                raise EngineError(
+                    f"--draft-device {self.cfg.draft_device}: with --split-mode tensor a {self.cfg.spec_type} drafter "
+                    "computes with the target's output head on a device made of all the target's devices; leave "
+                    "--draft-device out (ggml would abort the process)")
+        elif head not in drafter_devices:
+            raise EngineError(
+                f"--draft-device {self.cfg.draft_device}: a {self.cfg.spec_type} drafter computes with the target's "
+                f"output head, which llama.cpp put on {head}; put the drafter there (ggml would abort the process)")
 
     def _start_dflash(self) -> None:
         """What common_speculative_impl_draft_dflash's constructor does: the drafter's <mask>, its block size,
@@ -186,6 +233,7 @@ class Engine:
         return self._record(ctx, line, len(tokens), pos0, ret, step)
 
     def _record(self, ctx: Context, line: int, n: int, pos0: int, ret: int, step: str) -> int:
+        check_stop()  # after every decode: a stop asked for by a signal (config.request_stop)
         t_min, t_max = self.target.kv_range()
         d_min, d_max = self.drafter.kv_range()
         self.decodes.append(
@@ -387,7 +435,10 @@ class Engine:
             on_cycle()
             if cfg.pace_s:
                 self.w.flush()  # what a live reader sees at once, as a server's unbuffered stderr
-                time.sleep(cfg.pace_s)
+                end = time.monotonic() + cfg.pace_s
+                while (left := end - time.monotonic()) > 0:  # in slices: a stop is not kept waiting
+                    check_stop()
+                    time.sleep(min(left, 0.1))
             if not ok:
                 break
             n_decoded += a + 1

@@ -3,7 +3,7 @@ and the result a capture returns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ class EngineResult:
     duration_s: float
     drafted: int
     accepted: int
+    layout: dict[str, Any] = field(default_factory=dict)  # RunDevices.layout: the RPC devices, what each model got
 
     @property
     def n_decodes(self) -> int:
@@ -98,4 +99,4 @@ class EngineResult:
             "accepted": self.accepted,
             "acceptance": round(self.acceptance, 5),
             "duration_s": round(self.duration_s, 3),
-        }
+        } | ({"layout": self.layout} if self.layout else {})

@@ -3,19 +3,31 @@ from the API, and manifest.json (settings, models, versions, devices, outcome)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from capture.engine.config import EngineConfig, EngineError
-from capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV, device_info
+from capture.engine.config import EngineConfig, EngineError, EngineStopped
+from capture.engine.devices import RunDevices, open_devices
+from capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV
 from capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
 from capture.engine.loop import Engine
 from capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
 from capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
-from capture.session import GROUND_TRUTH, KEY_ENDED, KEY_OUTCOME, KEY_PID, RAW_LOG, Session, now_iso, tool_version
+from capture.session import (
+    GROUND_TRUTH,
+    KEY_COMMAND_LINE,
+    KEY_ENDED,
+    KEY_OUTCOME,
+    KEY_PID,
+    RAW_LOG,
+    Session,
+    now_iso,
+    tool_version,
+)
 
 
 def model_entry(path: Path, models: ModelPair) -> dict[str, Any]:
@@ -82,14 +94,23 @@ def check_pair(spec_type: str, pair: ModelPair) -> None:
         raise EngineError(f"drafter {pair.drafter.name} has no tokenizer.ggml.mask_token_id (DFlash's <mask>)")
 
 
-def run_engine(config: EngineConfig, session: Session, models: ModelPair | None = None) -> EngineResult:
-    """Run a capture into `session`: raw.log, ground_truth.parquet and manifest.json.
+def run_engine(config: EngineConfig, session: Session, models: ModelPair | None = None,
+               devices: RunDevices | None = None) -> EngineResult:
+    """Run a capture into `session`: raw.log, ground_truth.parquet and manifest.json. `devices` are the run's
+    (open_devices); without them, the devices `config` asks for are opened for the run and closed after it.
 
-    Raises EngineError (one-line message) for settings or models that cannot be used.
+    Raises EngineError (one-line message) for settings, models or devices that cannot be used.
     """
     config.validate()
     if models is None:
         models = engine_models(config)
+    with contextlib.ExitStack() as stack:
+        if devices is None:
+            devices = stack.enter_context(open_devices(config))
+        return _run(config, session, models, devices)
+
+
+def _run(config: EngineConfig, session: Session, models: ModelPair, devices: RunDevices) -> EngineResult:
     import llama_cpp
 
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
@@ -109,7 +130,8 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
             },
             "env": {BATCH_DEBUG_ENV: "1", KV_DEBUG_ENV: "1" if config.kv_debug else None},
-            "device": device_info(config),
+            "device": devices.manifest(config),
+            KEY_COMMAND_LINE: config.command_line(),  # the flags the log never prints (-sm, -ts, -devd)
             "files": {"raw_log": RAW_LOG, "ground_truth": GROUND_TRUTH},
             "started": started,
             KEY_OUTCOME: {"status": "running"},
@@ -129,7 +151,7 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
     try:
         llama_cpp.llama_backend_init()
         with LlamaLogCapture(writer):
-            engine = Engine(config, models, writer)
+            engine = Engine(config, models, writer, devices)
             try:
                 engine.run()
             finally:
@@ -137,6 +159,9 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
         if writer.levels[DEBUG] == 0:
             raise EngineError(f"llama.cpp delivered no DEBUG-level lines, so {RAW_LOG} has no batch dumps")
         status = "ok"
+    except EngineStopped as exc:
+        status = str(exc)  # `stopped by SIGTERM`: what a live view shows as the reason it ended
+        raise
     finally:
         writer.close()
         for name, value in saved.items():
@@ -175,6 +200,7 @@ def run_engine(config: EngineConfig, session: Session, models: ModelPair | None 
         duration,
         engine.drafted,
         engine.accepted,
+        devices.layout(config),
     )
 
 
