@@ -421,3 +421,17 @@ def test_a_browsers_first_open_draws_the_chart_alone_then_the_whole_page(monkeyp
     assert at.metric and at.sidebar.selectbox(key="session") and at.get("dataframe")
     chart = at.get("plotly_chart")[0]
     assert chart.proto.spec == first.proto.spec and chart.proto.id == first.proto.id
+
+
+def test_a_browsers_first_open_of_a_missing_path_gives_the_widgets(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from analyze.dashboard import page
+
+    monkeypatch.setenv(OPEN_ENV, str(tmp_path / "nope.log"))
+    monkeypatch.setattr(page, "_in_a_browser", lambda: True)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert any("no such log file" in e.value for e in at.error)
+    assert at.sidebar.file_uploader and at.sidebar.selectbox(key="session")
+    assert not at.get("plotly_chart")  # the chart's frame drawn before the path was looked at is gone

@@ -678,15 +678,21 @@ def _rest_of_the_page() -> None:
         st.rerun(scope="app")
 
 
-def show_log(src: Source, first: bool, opened: Opened | None = None) -> tuple[Opened, int | None] | None:
+def _head_of(name: str, waiting: bool) -> PageHead:
+    head = PageHead.here(f"Source: {escape(name)}")
+    if waiting:  # a first open: the chart's empty frame at once, so the browser loads its library meanwhile
+        head.chart.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
+    return head
+
+
+def show_log(src: Source, first: bool, opened: Opened | None = None,
+             head: PageHead | None = None) -> tuple[Opened, int | None] | None:
     """The top of a log's page: the verdict, the chart's controls and the chart, or the chart alone on a
-    first open (`first`); `opened`: already read (a followed capture that has ended). None when there is
-    nothing more to show: unreadable, or no llama.cpp lines."""
-    head = PageHead.here(f"Source: {escape(src.name)}")
+    first open (`first`); `opened`: already read (a followed capture that has ended); `head`: laid out
+    already. None when there is nothing more to show: unreadable, or no llama.cpp lines."""
+    head = head or _head_of(src.name, waiting=opened is None and st.session_state.get("opened") != src.digest)
     op = opened
     if op is None:
-        if st.session_state.get("opened") != src.digest:  # a first open: the page has no chart drawn yet
-            head.chart.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
         op = open_source(src)
         st.session_state["opened"] = src.digest
     if op.error is not None:
@@ -713,8 +719,12 @@ def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
     first = _chart_first()
+    # on a first open the chart's frame goes before the file is even hashed (a 124 MB log: 0.2-0.3 s)
+    head = _head_of(Path(os.environ[OPEN_ENV].strip()).expanduser().name, waiting=True) if first else None
     sources, problems = gather_sources(widgets=not first)
-    first = first and len(sources) == 1  # the path could not be opened: the widgets are the way in
+    if first and len(sources) != 1 and head is not None:  # the path could not be opened: the widgets are the way in
+        first = False
+        head.chart.empty()
     for p in problems:
         st.error(escape(p))
     if not sources:
@@ -724,7 +734,7 @@ def main() -> None:
         )
         return
     if first:
-        show_log(sources[0], first=True)
+        show_log(sources[0], first=True, head=head)
         _rest_of_the_page()
         st.session_state[REST_KEY] = True  # after the inline run above: only the timer's run draws the rest
         return
