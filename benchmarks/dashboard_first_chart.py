@@ -140,7 +140,7 @@ def _serve(cmd: list[str], env: dict[str, str], port: int, cwd: Path = ROOT) -> 
     import subprocess
 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a loaded machine starts a server slowly
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).close()
