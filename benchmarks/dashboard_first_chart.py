@@ -2,6 +2,7 @@
 
     python benchmarks/dashboard_first_chart.py [--log PATH] [--size-mb 100] [--fault stale-drafter] [--json]
     python benchmarks/dashboard_first_chart.py --floor [--turns 3]   # kvtrace's pages against the floor page
+    python benchmarks/dashboard_first_chart.py --floor --before ../before   # and an older checkout's, in turns
 
 The log: --log PATH; else the real 124 MB llama-server b11434 capture (draft-simple, two slots, gzip) when
 the shared data folder beside the checkout has it; else the reader benchmark's log (real engine output with
@@ -135,11 +136,11 @@ st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2], y=[0, 1, 0], mode="lines")))
 CHART = "[data-testid='stPlotlyChart'] .scatterlayer .trace .js-line"
 
 
-def _serve(cmd: list[str], env: dict[str, str], port: int) -> Any:
+def _serve(cmd: list[str], env: dict[str, str], port: int, cwd: Path = ROOT) -> Any:
     import subprocess
 
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    deadline = time.monotonic() + 180  # a loaded machine starts a server slowly
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).close()
@@ -150,8 +151,9 @@ def _serve(cmd: list[str], env: dict[str, str], port: int) -> Any:
     raise SystemExit(f"the server on port {port} did not come up")
 
 
-def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path) -> float:
-    """One first open on a server just started: seconds from page.goto to a drawn line of the first chart."""
+def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, checkout: Path = ROOT) -> float:
+    """One first open on a server just started: seconds from page.goto to a drawn line of the first chart.
+    `checkout`: whose page is served (another checkout's runs from its own folder, so its packages come first)."""
     from playwright.sync_api import sync_playwright
 
     from analyze.dashboard.launch import streamlit_command
@@ -165,11 +167,12 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path) ->
         cmd[cmd.index("run") + 1] = str(floor_script)
     else:
         cmd = streamlit_command("127.0.0.1", port)
+        cmd[cmd.index("run") + 1] = str(checkout / "analyze" / "dashboard" / "app.py")
         if kind in ("path", "follow") and arg is not None:
             env["KVTRACE_OPEN"] = str(arg.resolve())
             if kind == "follow":
                 env["KVTRACE_FOLLOW"] = "1"
-    proc = _serve(cmd, env, port)
+    proc = _serve(cmd, env, port, cwd=checkout)
     try:
         with sync_playwright() as pw:
             b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
@@ -187,32 +190,39 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path) ->
     return wall
 
 
-def floor_table(small: Path, big: Path | None, big_gz: Path | None, turns: int) -> list[dict[str, Any]]:
-    """The floor page (bare Streamlit, one three-point Plotly chart) and kvtrace's pages, in turns in one run."""
+def floor_table(small: Path, big: Path | None, big_gz: Path | None, turns: int, before: Path | None = None,
+                only: list[str] | None = None) -> list[dict[str, Any]]:
+    """The floor page (bare Streamlit, one three-point Plotly chart) and kvtrace's pages, in turns in one run;
+    with `before` (another checkout), its pages too, each right after this checkout's."""
     import statistics
     import tempfile
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("chromium is not installed: make browser")
-    pages: list[tuple[str, str, Path | None]] = [("floor: bare Streamlit, one 3-point chart", "floor", None),
-                                                 (f"small session ({small.name}), by path", "path", small),
-                                                 (f"small session ({small.name}) under --follow", "follow", small)]
+    kvtrace: list[tuple[str, str, Path | None]] = [(f"small session ({small.name}), by path", "path", small),
+                                                   (f"small session ({small.name}) under --follow", "follow", small)]
     if big is not None:
-        pages.append((f"{big.name}, {big.stat().st_size / 1e6:.0f} MB, by path (first open)", "path", big))
+        kvtrace.append((f"{big.name}, {big.stat().st_size / 1e6:.0f} MB, by path (first open)", "path", big))
     if big_gz is not None:
-        pages.append((f"upload of {big_gz.name}, {big_gz.stat().st_size / 1e6:.0f} MB", "upload", big_gz))
-    times: dict[str, list[float]] = {label: [] for label, _, _ in pages}
+        kvtrace.append((f"upload of {big_gz.name}, {big_gz.stat().st_size / 1e6:.0f} MB", "upload", big_gz))
+    floor_page = ("floor: bare Streamlit, one 3-point chart", "floor", None, ROOT)
+    pages: list[tuple[str, str, Path | None, Path]] = [floor_page]
+    for label, kind, arg in (page for page in kvtrace if not only or page[1] in only):
+        if before is not None:
+            pages.append((f"before: {label}", kind, arg, before.resolve()))
+        pages.append((label, kind, arg, ROOT))
+    times: dict[str, list[float]] = {page[0]: [] for page in pages}
     with tempfile.TemporaryDirectory() as tmp:
         floor_script = Path(tmp) / "floor.py"
         floor_script.write_text(FLOOR_PAGE)
         for _ in range(turns):
-            for label, kind, arg in pages:
-                times[label].append(_one_open(kind, arg, chromium, floor_script))
+            for label, kind, arg, checkout in pages:
+                times[label].append(_one_open(kind, arg, chromium, floor_script, checkout))
     floor = statistics.median(times[pages[0][0]])
     return [{"page": label, "runs_s": [round(x, 2) for x in times[label]],
              "median_s": round(statistics.median(times[label]), 2),
-             "ratio_to_floor": round(statistics.median(times[label]) / floor, 2)} for label, _, _ in pages]
+             "ratio_to_floor": round(statistics.median(times[label]) / floor, 2)} for label, *_ in pages]
 
 
 def main() -> None:
@@ -228,11 +238,16 @@ def main() -> None:
                     help="with --floor: the small session (default: samples/stale-drafter)")
     ap.add_argument("--gz", type=Path, help="with --floor: a .gz to upload (default: the real capture's, if present)")
     ap.add_argument("--turns", type=int, default=3, help="with --floor: runs of each page (default 3)")
+    ap.add_argument("--before", type=Path, help="with --floor: another checkout (say `git worktree add ../before "
+                    "main`) whose pages are measured in the same turns, each right before this checkout's")
+    ap.add_argument("--only", nargs="+", choices=["path", "follow", "upload"],
+                    help="with --floor: only these of kvtrace's pages (default: all); the small and the big log "
+                    "are both opened for `path`")
     args = ap.parse_args()
     if args.floor:
         big = args.log or (_unpacked(REAL_LOG) if REAL_LOG.is_file() else None)
         gz = args.gz or (REAL_LOG if REAL_LOG.is_file() else None)
-        rows = floor_table(args.small, big, gz, args.turns)
+        rows = floor_table(args.small, big, gz, args.turns, args.before, args.only)
         if args.json:
             print(json.dumps(rows))
             return

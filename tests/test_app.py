@@ -397,3 +397,41 @@ def test_the_page_gives_the_reports_next_steps_and_counts_it_the_same_way() -> N
     assert "For the whole log" in " ".join(c.value for c in at.caption)
     assert not [s for s in at.sidebar.selectbox if s.key == "compare-with"]
     assert any("To compare, open a second log" in c.value for c in at.sidebar.caption)
+
+
+def test_a_browsers_first_open_draws_the_chart_alone_then_the_whole_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened from the command line in a browser, the first run sends the title and the position chart and no
+    other kind of element; the run the browser's timer asks for (a plain rerun here: AppTest has no timer)
+    draws the whole page around the same chart, at the same place."""
+    from analyze.dashboard import page
+
+    monkeypatch.setenv(OPEN_ENV, str(STALE))
+    monkeypatch.setattr(page, "_in_a_browser", lambda: True)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1 and len(at.title) == 1
+    assert not at.metric and not at.selectbox and not at.slider and not at.get("dataframe") and not at.code
+    assert not at.sidebar.selectbox and not at.sidebar.file_uploader and not at.sidebar.text_area
+    first = at.get("plotly_chart")[0]
+    assert "Verdict: inconsistent positions" not in _texts(at)
+    at.run()
+    assert not at.exception
+    assert "Verdict: inconsistent positions" in _texts(at)
+    assert at.metric and at.sidebar.selectbox(key="session") and at.get("dataframe")
+    chart = at.get("plotly_chart")[0]
+    assert chart.proto.spec == first.proto.spec and chart.proto.id == first.proto.id
+
+
+def test_a_browsers_first_open_of_a_missing_path_gives_the_widgets(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from analyze.dashboard import page
+
+    monkeypatch.setenv(OPEN_ENV, str(tmp_path / "nope.log"))
+    monkeypatch.setattr(page, "_in_a_browser", lambda: True)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert any("no such log file" in e.value for e in at.error)
+    assert at.sidebar.file_uploader and at.sidebar.selectbox(key="session")
+    assert not at.get("plotly_chart")  # the chart's frame drawn before the path was looked at is gone

@@ -112,3 +112,58 @@ def test_upload_and_chart_in_chromium(server: str) -> None:
             page.screenshot(path=str(ARTIFACTS / "dashboard-raw-view.png"), full_page=True)
         finally:
             browser.close()
+
+
+# When each of these is first on the page (ms after it opened), recorded in the page itself.
+FIRST_SEEN = """
+window.__firstSeen = {};
+const watched = {chart: "[data-testid='stPlotlyChart'] .scatterlayer .trace .js-line",
+                 metric: "[data-testid='stMetric']", widget: "[data-testid='stSelectbox']",
+                 table: "[data-testid='stDataFrame']"};
+new MutationObserver(() => {
+  for (const [name, sel] of Object.entries(watched))
+    if (!(name in window.__firstSeen) && document.querySelector(sel)) window.__firstSeen[name] = performance.now();
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
+def test_a_path_opens_chart_first_then_the_whole_page_in_chromium() -> None:
+    """`kvtrace dashboard PATH`: the first chart is drawn before any metric, widget or table is on the page,
+    and the rest of the page follows by itself (no click), the verdict above the same chart."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KVTRACE_FOLLOW"} | {"KVTRACE_OPEN": str(STALE.parent)}
+    log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "streamlit-server-path.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(streamlit_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_for_dashboard(port, proc)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1900})
+                page.add_init_script(FIRST_SEEN)
+                page.goto(f"http://127.0.0.1:{port}", wait_until="domcontentloaded")
+                page.get_by_text("Verdict: inconsistent positions").wait_for(timeout=120_000)
+                page.wait_for_selector("[data-testid='stDataFrame']", state="attached", timeout=60_000)
+                page.wait_for_selector("[data-testid='stFileUploaderDropzoneInput']", state="attached",
+                                       timeout=60_000)
+                _wait_idle(page)
+                seen = page.evaluate("window.__firstSeen")
+                assert set(seen) == {"chart", "metric", "widget", "table"}, seen
+                assert seen["chart"] < min(seen["metric"], seen["widget"], seen["table"]), seen
+                legend = _legend(page)
+                assert "drafter" in legend and "position error (X to Y)" in legend, legend
+                assert page.locator("[data-testid='stException']").count() == 0
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

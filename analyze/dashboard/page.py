@@ -3,6 +3,10 @@
 Streamlit runs a script that calls `main()` on every rerun (`analyze/dashboard/app.py`, or the checkout's
 `app.py` for `streamlit run app.py`). Logs come from strangers: log text is only ever shown as plain text
 (st.code, st.dataframe, st.json), never as Markdown or HTML.
+
+A browser's first open of the path on the command line draws the title and the position chart first, and
+nothing else: every other kind of element (metrics, widgets, tables, code) costs the browser a script to load
+and run before it gets to the chart's own. Its timer asks for the rest once the chart is in (`_rest_of_the_page`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from analyze.views.report import escape, headline, markdown_report, what_to_do
 from capture.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 
 if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
+
     from analyze import ParseResult
 
 # the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
@@ -48,6 +54,8 @@ UPLOAD_TYPES = ["log", "txt", "gz", "md", "json"]  # json: a GitHub thread (gh, 
 TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
 RAW_CONTEXT = 20  # lines either side of the chosen one
 LIVE_INTERVAL_S = 1.0  # a followed log's charts and counters update this often
+REST_AFTER_S = 0.5  # a first open's browser asks for the rest of the page this long after it has the chart
+REST_KEY = "rest-to-draw"  # session state: the first run drew the chart only
 
 
 @dataclass(slots=True)
@@ -179,7 +187,9 @@ def capture_axis(src: Source, result: ParseResult) -> XAxis:
 # ---- the sidebar: what to open -------------------------------------------------------------------
 
 
-def gather_sources() -> tuple[list[Source], list[str]]:
+def gather_sources(widgets: bool = True) -> tuple[list[Source], list[str]]:
+    """What is open; `widgets=False` (a first open, chart first) only reads the path on the command line and
+    draws the sidebar's heading, unless that path cannot be opened (then the widgets are the way in)."""
     sources: list[Source] = []
     problems: list[str] = []
     st.sidebar.header("Open a log")
@@ -193,6 +203,8 @@ def gather_sources() -> tuple[list[Source], list[str]]:
         got = path_source(opened_path)
         if isinstance(got, str):
             problems.append(got)
+        elif not widgets:
+            return [got], problems
         else:
             sources.append(got)
             st.sidebar.caption("Opened from the command line:")
@@ -312,18 +324,26 @@ def sequence_label(seq_id: int, n_batches: int) -> str:
     return f"{seq_id} ({n_batches:,} batch{'es' if n_batches != 1 else ''})"
 
 
+def opening_view(result: ParseResult) -> tuple[int | None, tuple[float, float] | None, float]:
+    """What the chart's controls start at: the opening sequence, the whole range, the default tolerance."""
+    seqs = sequences(result)
+    default = opening_sequence(result)
+    seq_id = (default if default in seqs else seqs[0]) if seqs else None
+    return seq_id, None, float(default_tolerance(result))
+
+
 def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
     result = op.parsed
     seqs = sequences(result)
     c1, c2, c3 = st.columns([1, 1, 3])
+    opening_seq, _, default_tol = opening_view(result)
     seq_id: int | None = None
-    if seqs:
+    if seqs and opening_seq is not None:
         counts = batches_per_sequence(result)
-        default = opening_sequence(result)
-        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(default) if default in seqs else 0,
+        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(opening_seq),
                               key=f"seq-{key}", format_func=lambda s: sequence_label(s, counts.get(s, 0)))
     tol = c2.number_input(
-        "Apart when more than", min_value=0.0, value=float(default_tolerance(result)), step=1.0, key=f"tol-{key}",
+        "Apart when more than", min_value=0.0, value=default_tol, step=1.0, key=f"tol-{key}",
         help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block; the "
              "draft size for a drafter that keeps its own cache).",
     )  # fmt: skip
@@ -400,25 +420,52 @@ def _has_positions(result: ParseResult) -> bool:
                 or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
 
 
-def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False) -> int | None:
+@dataclass(slots=True)
+class PageHead:
+    """The top of a log's page, laid out before the log is read and in this order on every run: where it is
+    from, the verdict, the chart's controls, the chart. A first open fills the chart only; the next run fills
+    the rest around it, so the browser keeps the chart it has drawn (same place, same figure)."""
+
+    verdict: DeltaGenerator
+    controls: DeltaGenerator
+    chart: DeltaGenerator
+
+    @classmethod
+    def here(cls, caption: str | None = None) -> PageHead:
+        if caption is not None:
+            st.caption(caption)
+        return cls(st.container(), st.container(), st.empty())
+
+
+def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False, head: PageHead | None = None,
+                first: bool = False) -> int | None:
     """The position chart, then (for a finished log) the second charts; `live` draws only the first, so a
-    followed log's page redraws one chart a second."""
+    followed log's page redraws one chart a second; `first` (a first open) draws the chart alone, as the
+    controls start, and leaves the controls and the rest to the next run."""
     result = op.parsed
+    head = head or PageHead.here()
     if not _has_positions(result):
-        st.info(
-            "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
-            "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
-            "`kvtrace capture run -- llama-server ...`."
-        )
-        acc = acceptance_figure(result)
-        if acc is not None:
-            st.caption(_acceptance_caption(result))
-            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+        with head.chart.container():
+            st.info(
+                "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
+                "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
+                "`kvtrace capture run -- llama-server ...`."
+            )
+            acc = acceptance_figure(result)
+            if acc is not None:
+                st.caption(_acceptance_caption(result))
+                st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
         return None
-    seq_id, x_range, tol = chart_controls(op, axis, key)
+    if first:
+        seq_id, x_range, tol = opening_view(result)
+    else:
+        with head.controls:
+            seq_id, x_range, tol = chart_controls(op, axis, key)
     fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
     fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
-    st.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
+    head.chart.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
+    if first:
+        return seq_id
     if live:
         st.caption("Drafter minus target and the draft acceptance are drawn once the capture ends.")
         return seq_id
@@ -612,10 +659,73 @@ def _show_newest(sources: list[Source]) -> None:
     st.session_state["seen-sources"] = set(digests)
 
 
+def _in_a_browser() -> bool:
+    """Whether a browser is on the other end: Streamlit's AppTest sends no request headers, and has no timer
+    to ask for the rest of a page drawn chart first."""
+    return bool(st.context.headers)
+
+
+def _chart_first() -> bool:
+    """A browser's first run with the path on the command line open (not followed): the chart goes first."""
+    return (bool(os.environ.get(OPEN_ENV, "").strip()) and os.environ.get(FOLLOW_ENV) != "1"
+            and "opened" not in st.session_state and _in_a_browser())
+
+
+@st.fragment(run_every=REST_AFTER_S)
+def _rest_of_the_page() -> None:
+    """Run by the browser's timer, which fires once its page is idle again after the first chart: the whole
+    page, in one full run (which stops this timer). On the run that draws it, it draws nothing."""
+    if st.session_state.pop(REST_KEY, False):
+        st.rerun(scope="app")
+
+
+def _head_of(name: str, waiting: bool) -> PageHead:
+    head = PageHead.here(f"Source: {escape(name)}")
+    if waiting:  # a first open: the chart's empty frame at once, so the browser loads its library meanwhile
+        head.chart.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
+    return head
+
+
+def show_log(src: Source, first: bool, opened: Opened | None = None,
+             head: PageHead | None = None) -> tuple[Opened, int | None] | None:
+    """The top of a log's page: the verdict, the chart's controls and the chart, or the chart alone on a
+    first open (`first`); `opened`: already read (a followed capture that has ended); `head`: laid out
+    already. None when there is nothing more to show: unreadable, or no llama.cpp lines."""
+    head = head or _head_of(src.name, waiting=opened is None and st.session_state.get("opened") != src.digest)
+    op = opened
+    if op is None:
+        op = open_source(src)
+        st.session_state["opened"] = src.digest
+    if op.error is not None:
+        head.chart.empty()
+        st.error(escape(f"{op.source.name}: {op.error}"))
+        return None
+    axis = capture_axis(op.source, op.parsed)
+    key = op.source.digest[:12]
+    if op.parsed.verdict.kind == "no_log":
+        head.chart.empty()
+        with head.verdict:
+            show_verdict(op, axis)
+        return None
+    # The first chart is sent first: the verdict's box sits above it on the page but is filled after it, so
+    # the browser starts drawing while the headline, signature and next steps are worked out.
+    seq_id = show_charts(op, axis, key, head=head, first=first)
+    if not first:
+        with head.verdict:
+            show_verdict(op, axis)
+    return op, seq_id
+
+
 def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
-    sources, problems = gather_sources()
+    first = _chart_first()
+    # on a first open the chart's frame goes before the file is even hashed (a 124 MB log: 0.2-0.3 s)
+    head = _head_of(Path(os.environ[OPEN_ENV].strip()).expanduser().name, waiting=True) if first else None
+    sources, problems = gather_sources(widgets=not first)
+    if first and len(sources) != 1 and head is not None:  # the path could not be opened: the widgets are the way in
+        first = False
+        head.chart.empty()
     for p in problems:
         st.error(escape(p))
     if not sources:
@@ -623,6 +733,11 @@ def main() -> None:
             "Open a llama.cpp log on the left: upload it, paste a bug report's text, or pick a captured session "
             "or a bundled sample. Big local logs: `kvtrace dashboard PATH`."
         )
+        return
+    if first:
+        show_log(sources[0], first=True, head=head)
+        _rest_of_the_page()
+        st.session_state[REST_KEY] = True  # after the inline run above: only the timer's run draws the rest
         return
     names = [s.name for s in sources]
     _show_newest(sources)
@@ -647,29 +762,14 @@ def main() -> None:
                 show_tables(Opened(src, state.result, None), src.digest[:12])
             return
         show_live_status(state, src, src.digest[:12])
-        op = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
+        ended = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
+        shown = show_log(src, first=False, opened=ended)
     else:
-        waiting = st.empty()
-        if st.session_state.get("opened") != src.digest:  # a first open: the page has no chart drawn yet
-            waiting.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
-        op = open_source(src)
-        st.session_state["opened"] = src.digest
-        waiting.empty()
-    st.caption(f"Source: {escape(op.source.name)}")
-    if op.error is not None:
-        st.error(escape(f"{op.source.name}: {op.error}"))
+        shown = show_log(src, first=False)
+    if shown is None:
         return
-    axis = capture_axis(op.source, op.parsed)
+    op, seq_id = shown
     key = op.source.digest[:12]
-    if op.parsed.verdict.kind == "no_log":
-        show_verdict(op, axis)
-        return
-    # The first chart is sent first: the verdict's box sits above it on the page but is filled after it, so
-    # the browser starts drawing while the headline, signature and next steps are worked out.
-    verdict_box = st.container()
-    seq_id = show_charts(op, axis, key)
-    with verdict_box:
-        show_verdict(op, axis)
     if cmp_pick is not None:
         other_op = open_source(sources[cmp_pick])
         if other_op.error is not None:
