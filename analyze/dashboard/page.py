@@ -19,6 +19,7 @@ import streamlit as st
 
 import analyze
 from analyze.dashboard import preload
+from analyze.dashboard.acceptance import show_acceptance, show_counters_finding
 from analyze.dashboard.follow import Follower, LiveState
 from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
@@ -298,6 +299,7 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         st.markdown(explanation)
     if steps:
         st.markdown("**Next steps:**\n" + "\n".join(f"- {s}" for s in steps))
+    show_counters_finding(result, op.source.digest)
 
 
 def _rate(acc: dict[str, Any]) -> str:
@@ -677,6 +679,7 @@ def main() -> None:
             st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
         else:
             show_compare(op, other_op, seq_id)
+    show_acceptance(op.parsed, op.source.digest, key)
     st.subheader("Tables")
     picked = show_tables(op, key)
     st.subheader("Raw log")
