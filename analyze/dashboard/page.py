@@ -671,6 +671,7 @@ def main() -> None:
     seq_id = show_charts(op, axis, key)
     with verdict_box:
         show_verdict(op, axis)
+    show_acceptance(op.parsed, op.source.digest, key)
     if cmp_pick is not None:
         other_op = open_source(sources[cmp_pick])
         if other_op.error is not None:
@@ -679,7 +680,6 @@ def main() -> None:
             st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
         else:
             show_compare(op, other_op, seq_id)
-    show_acceptance(op.parsed, op.source.digest, key)
     st.subheader("Tables")
     picked = show_tables(op, key)
     st.subheader("Raw log")
