@@ -32,9 +32,10 @@ TRIAGE_WINDOW = 4 << 20  # the triage reads at most this much log before the err
 # at the end, the live parse may finish only when this little is left: a burst it fell far behind on is not
 # waited for (the wrapper returns as soon as the program is done; the summary says how much was covered)
 CATCH_UP_BYTES = 4 << 20
-# The live parse's share of one core at most. The stream parse reads 50-70 MB per CPU second on a real capture, so
-# a quarter of a core keeps up with a log of well over 5 MB/s; a faster log makes the summary lag (it says so),
-# not the program. Not niced: under a nice, a machine whose every core is busy leaves it far less than its share.
+# The live parse's share of one core at most. The stream parse reads 50-70 MB per CPU second on a real capture on a
+# quiet machine, 30 with every core busy, so 0.4 of a core keeps up with 5+ MB/s with a lag of a second or so; a
+# faster log makes the summary lag (it says so), not the program. Not niced: under a nice, a machine whose every
+# core is busy leaves it far less than its share (0.25 of a core lagged 4-5 s behind a 6 MB/s log there).
 CPU_SHARE = 0.25
 _BURST_S = 0.25  # CPU seconds it may run ahead of its share (one chunk's parse, the triage's window)
 
@@ -104,7 +105,10 @@ def triage_text(window: bytes, name: str) -> str:
     """The reader's verdict on the log just before (and including) the first error."""
     import analyze
 
-    result = analyze.parse(window, name=name)
+    return _triage_lines(analyze.parse(window, name=name))
+
+
+def _triage_lines(result: Any) -> str:
     verdict = result.verdict
     lines = [f"kvtrace: TRIAGE: {verdict.summary}"]
     for ev in list(getattr(verdict, "evidence", []) or [])[:6]:
@@ -120,6 +124,63 @@ def _live_child() -> None:
     between fork and exec."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# Lines that start a failure the reader reports (analyze/patterns.py), found by a byte search far ahead of the
+# parse: the TRIAGE line does not wait for the parse to reach them on a machine that leaves it little CPU. A hit is
+# only a hint: the triage parses the window around it and speaks only if the reader finds a failure there.
+ERROR_MARKERS = (b"inconsistent sequence positions", b"failed to decode", b"failed to find a memory slot",
+                 b"decode: failed", b"GGML_ASSERT")
+_BLOCK_BYTES = 16384  # what follows a hit before its triage (the rest of the error block), or _BLOCK_WAIT_S
+_BLOCK_WAIT_S = 0.3
+
+
+class ErrorScan:
+    """Scans raw.log for ERROR_MARKERS ahead of the parse (a byte search, about a thousand times cheaper)."""
+
+    def __init__(self, raw_path: Path, start: int) -> None:
+        self.f = open(raw_path, "rb")  # noqa: SIM115 - closed by `close`
+        self.f.seek(start)
+        self.offset = start
+        self._tail = b""  # the end of the last read: a marker cut between two reads is still found
+        self.hits: list[int] = []
+
+    def advance(self) -> int | None:
+        """Reads what was written since; the offset just past the first marker found, else None."""
+        data = self.f.read(8 << 20)
+        if not data:
+            return None
+        hay = self._tail + data
+        base = self.offset - len(self._tail)
+        self.offset += len(data)
+        self._tail = hay[-64:]
+        found = [i for i in (hay.find(m) for m in ERROR_MARKERS) if i >= 0]
+        return base + min(found) + 1 if found else None
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _triage_at(raw_path: Path, hit: int) -> str | None:
+    """The triage of the window ending a block past a marker; None when the reader finds no failure there."""
+    import analyze
+
+    with open(raw_path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        end = min(size, hit + _BLOCK_BYTES)
+        start = max(0, end - TRIAGE_WINDOW)
+        f.seek(start)
+        window = f.read(end - start)
+    cut = window.rfind(b"\n")
+    window = window[: cut + 1] if cut >= 0 else window
+    if start:
+        first = window.find(b"\n")
+        window = window[first + 1 :] if first >= 0 else window
+    try:
+        result = analyze.parse(window, name=raw_path.name)
+    except Exception:
+        return None
+    return _triage_lines(result) if len(result.errors) else None
 
 
 class CpuShare:
@@ -171,9 +232,32 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
         error_sent = True
         emit("error", triage=_triage_from(raw_path, offset))
 
+    scan = ErrorScan(raw_path, start)
+    hit: tuple[int, float] | None = None  # a marker found ahead of the parse, and when
+
+    def scan_ahead() -> None:
+        nonlocal hit, error_sent
+        if hit is None:
+            at = scan.advance()
+            if at is None:
+                return
+            hit = (at, time.monotonic())
+        at, seen = hit
+        if scan.offset < at + _BLOCK_BYTES and time.monotonic() - seen < _BLOCK_WAIT_S:
+            scan.advance()  # the rest of its block may still be coming
+            if scan.offset < at + _BLOCK_BYTES:
+                return
+        hit = None
+        text = _triage_at(raw_path, at)
+        if text is not None:
+            error_sent = True
+            emit("error", triage=text)
+
     with open(raw_path, "rb") as f:
         f.seek(start)
         while True:
+            if not error_sent:
+                scan_ahead()
             data = f.read(1 << 20)
             if data:
                 parser.feed(data)
