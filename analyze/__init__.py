@@ -16,14 +16,17 @@ if TYPE_CHECKING:
     from analyze.parser import ParseResult, StreamParser, parse, write_tables
     from analyze.records import LiveStats
     from analyze.source import FileTail, InputError
+    from analyze.stream import LiveParser
     from analyze.verdict import Verdict
 
 _LAZY = {"ParseResult": "analyze.parser", "StreamParser": "analyze.parser", "parse": "analyze.parser",
+         "LiveParser": "analyze.stream",  # the walker alone, no pandas: a capture's live parse
          "write_tables": "analyze.parser", "FileTail": "analyze.source", "InputError": "analyze.source",
          "Verdict": "analyze.verdict",
          "LiveStats": "analyze.records"}  # light: a capture's wrapper reads it without loading the reader
 
-__all__ = ["FileTail", "InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse", "write_tables"]
+__all__ = ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
+           "write_tables"]
 
 
 def __getattr__(name: str) -> object:

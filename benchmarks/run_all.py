@@ -14,6 +14,7 @@ RUNS = [
     ["capture_overhead.py"],
     ["dashboard_first_chart.py"],
     ["follow_cost.py"],
+    ["live_under_load.py"],
     ["triage_jobs.py"],
 ]
 

@@ -1,7 +1,10 @@
 """While a capture runs: one status line that updates in place, and the triage on the first error.
 
-The live parse reads raw.log behind the pump (never the pipe itself), in a separate low-priority
-process: a slow parse can fall behind, but it can never slow the program being captured or lose a byte.
+The live parse reads raw.log behind the pump (never the pipe itself), in a separate process: a slow parse can
+fall behind, but it never loses a byte. It holds itself to a share of one core (CPU_SHARE) at the ordinary
+priority: the program being captured keeps its cores, and the live view still moves when every core is busy.
+(The idle scheduling class protected the program but starved the view on a loaded machine: a server on CPU uses
+every core, so the live parse never ran, and neither the TRIAGE line nor the summary came.)
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ TRIAGE_WINDOW = 4 << 20  # the triage reads at most this much log before the err
 # at the end, the live parse may finish only when this little is left: a burst it fell far behind on is not
 # waited for (the wrapper returns as soon as the program is done; the summary says how much was covered)
 CATCH_UP_BYTES = 4 << 20
+# The live parse's share of one core at most. The stream parse reads 50-70 MB per CPU second on a real capture on a
+# quiet machine, 30 with every core busy, so 0.4 of a core keeps up with 5+ MB/s with a lag of a second or so; a
+# faster log makes the summary lag (it says so), not the program. Not niced: under a nice, a machine whose every
+# core is busy leaves it far less than its share (0.25 of a core lagged 4-5 s behind a 6 MB/s log there).
+CPU_SHARE = 0.25
+_BURST_S = 0.25  # CPU seconds it may run ahead of its share (one chunk's parse, the triage's window)
 
 
 class Terminal:
@@ -96,7 +105,10 @@ def triage_text(window: bytes, name: str) -> str:
     """The reader's verdict on the log just before (and including) the first error."""
     import analyze
 
-    result = analyze.parse(window, name=name)
+    return _triage_lines(analyze.parse(window, name=name))
+
+
+def _triage_lines(result: Any) -> str:
     verdict = result.verdict
     lines = [f"kvtrace: TRIAGE: {verdict.summary}"]
     for ev in list(getattr(verdict, "evidence", []) or [])[:6]:
@@ -105,28 +117,103 @@ def triage_text(window: bytes, name: str) -> str:
     return "\n".join(lines)
 
 
-def _idle_child() -> None:
+def _live_child() -> None:
     """Before the live parse's interpreter starts: it dies with the wrapper, ignores a terminal's Ctrl-C (which
     reaches the wrapper's whole process group; the wrapper ends the live parse itself, with the log's end, so
-    that its summary covers the whole log), and even its start-up (the reader's imports) runs only on a core
-    nothing else wants. Imports nothing: it runs between fork and exec."""
+    that its summary covers the whole log). Its share of a core is held by `follow`. Imports nothing: it runs
+    between fork and exec."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# Lines that start a failure the reader reports (analyze/patterns.py), found by a byte search far ahead of the
+# parse: the TRIAGE line does not wait for the parse to reach them on a machine that leaves it little CPU. A hit is
+# only a hint: the triage parses the window around it and speaks only if the reader finds a failure there.
+ERROR_MARKERS = (b"inconsistent sequence positions", b"failed to decode", b"failed to find a memory slot",
+                 b"decode: failed", b"GGML_ASSERT")
+_BLOCK_BYTES = 16384  # what follows a hit before its triage (the rest of the error block), or _BLOCK_WAIT_S
+_BLOCK_WAIT_S = 0.3
+
+
+class ErrorScan:
+    """Scans raw.log for ERROR_MARKERS ahead of the parse (a byte search, about a thousand times cheaper)."""
+
+    def __init__(self, raw_path: Path, start: int) -> None:
+        self.f = open(raw_path, "rb")  # noqa: SIM115 - closed by `close`
+        self.f.seek(start)
+        self.offset = start
+        self._tail = b""  # the end of the last read: a marker cut between two reads is still found
+        self.hits: list[int] = []
+
+    def advance(self) -> int | None:
+        """Reads what was written since; the offset just past the first marker found, else None."""
+        data = self.f.read(8 << 20)
+        if not data:
+            return None
+        hay = self._tail + data
+        base = self.offset - len(self._tail)
+        self.offset += len(data)
+        self._tail = hay[-64:]
+        found = [i for i in (hay.find(m) for m in ERROR_MARKERS) if i >= 0]
+        return base + min(found) + 1 if found else None
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _triage_at(raw_path: Path, hit: int) -> str | None:
+    """The triage of the window ending a block past a marker; None when the reader finds no failure there."""
+    import analyze
+
+    with open(raw_path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        end = min(size, hit + _BLOCK_BYTES)
+        start = max(0, end - TRIAGE_WINDOW)
+        f.seek(start)
+        window = f.read(end - start)
+    cut = window.rfind(b"\n")
+    window = window[: cut + 1] if cut >= 0 else window
+    if start:
+        first = window.find(b"\n")
+        window = window[first + 1 :] if first >= 0 else window
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        with contextlib.suppress(OSError):
-            os.nice(19)
+        result = analyze.parse(window, name=raw_path.name)
+    except Exception:
+        return None
+    return _triage_lines(result) if len(result.errors) else None
+
+
+class CpuShare:
+    """Holds a process to `share` of one core: after each piece of work, sleeps off what it ran ahead."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        self.wall0, self.cpu0 = time.monotonic(), time.process_time()
+
+    def pace(self) -> None:
+        if self.share <= 0:
+            return
+        ahead = (time.process_time() - self.cpu0) / self.share - (time.monotonic() - self.wall0)
+        if ahead > _BURST_S / self.share:
+            time.sleep(ahead - _BURST_S / self.share)
+
+    def lift(self) -> None:
+        self.share = 0.0
+
+
 
 
 def follow(raw_path: Path, start: int, interval_s: float) -> None:
     """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
-    raw.log, feeds analyze.StreamParser, and reports JSON lines on stdout. Its stdin says where raw.log
+    raw.log, feeds analyze.LiveParser, and reports JSON lines on stdout. Its stdin says where raw.log
     ends (`end N`); stdin closing without that means the wrapper is gone."""
-    # The program being captured always comes first: LiveParse starts this in the idle class (_idle_child).
-    from analyze import StreamParser
+    # The program being captured comes first: LiveParse starts this at a nice (_live_child), and it takes no more
+    # than CPU_SHARE of a core while the program runs.
+    from analyze import LiveParser  # the walker alone: no pandas, a quarter of the reader's start-up
 
-    parser = StreamParser()
+    parser = LiveParser()
+    share = CpuShare(CPU_SHARE)
+    warm = False  # the triage's first parse imports the rest of the reader (pandas: 0.6 s of CPU)
     control = select.poll()
     control.register(0, select.POLLIN | select.POLLHUP)
     pending = b""
@@ -134,18 +221,54 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
     offset = start
     last_emit = 0.0
     error_sent = False
+    error_seen = False  # the parse has reached an error: its triage follows the next read (the rest of its block)
 
     def emit(kind: str, **fields: Any) -> None:
         sys.stdout.write(json.dumps({"t": kind, **fields}) + "\n")
         sys.stdout.flush()
 
+    def triage() -> None:
+        nonlocal error_sent
+        error_sent = True
+        emit("error", triage=_triage_from(raw_path, offset))
+
+    scan = ErrorScan(raw_path, start)
+    hit: tuple[int, float] | None = None  # a marker found ahead of the parse, and when
+
+    def scan_ahead() -> None:
+        nonlocal hit, error_sent
+        if hit is None:
+            at = scan.advance()
+            if at is None:
+                return
+            hit = (at, time.monotonic())
+        at, seen = hit
+        if scan.offset < at + _BLOCK_BYTES and time.monotonic() - seen < _BLOCK_WAIT_S:
+            scan.advance()  # the rest of its block may still be coming
+            if scan.offset < at + _BLOCK_BYTES:
+                return
+        hit = None
+        text = _triage_at(raw_path, at)
+        if text is not None:
+            error_sent = True
+            emit("error", triage=text)
+
     with open(raw_path, "rb") as f:
         f.seek(start)
         while True:
+            if not error_sent:
+                scan_ahead()
             data = f.read(1 << 20)
             if data:
                 parser.feed(data)
                 offset += len(data)
+                # checked on every read, so the triage's window holds the error even while the parse catches up
+                # at many MB per status interval
+                if not error_sent and error_seen:
+                    triage()
+                elif not error_sent:
+                    error_seen = parser.stats().errors > 0
+                share.pace()
             if end is None and control.poll(0 if data else 50):
                 chunk = os.read(0, 4096)
                 if not chunk:
@@ -154,25 +277,26 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
                 for line in pending.split(b"\n")[:-1]:
                     if line.startswith(b"end "):
                         end = int(line[4:])
-                        # the program is done: what is left of the parse is what the wrapper waits for, so
-                        # leave the idle class where allowed (root; else RLIMIT_NICE decides) and get a core
-                        with contextlib.suppress(AttributeError, OSError):
-                            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                        # the program is done: what is left of the parse is what the wrapper waits for
+                        share.lift()
                 pending = pending.rsplit(b"\n", 1)[-1]
             if end is not None and offset >= end:
                 break
+            if not data and not warm:  # caught up: load what the triage needs now, not when an error waits
+                warm = True
+                with contextlib.suppress(Exception):
+                    triage_text(b"", raw_path.name)
             now = time.monotonic()
             if now - last_emit >= interval_s or not data:
                 stats = parser.stats()
-                if not error_sent and stats.errors:
-                    error_sent = True
-                    emit("error", triage=_triage_from(raw_path, offset))
+                if not error_sent and stats.errors and not data:  # caught up: the log ends at the error
+                    triage()
                 if now - last_emit >= interval_s:
                     emit("stats", offset=offset, stats=asdict(stats))
                     last_emit = now
     stats = parser.stats()
     if not error_sent and stats.errors:
-        emit("error", triage=_triage_from(raw_path, offset))
+        triage()
     emit("done", offset=offset, stats=asdict(stats))
 
 
@@ -191,8 +315,8 @@ def _triage_from(raw_path: Path, offset: int) -> str:
 
 
 class LiveParse:
-    """The wrapper's side of the live parse: starts `follow` in its own low-priority process (so parsing
-    never competes with the pump for the GIL, nor with the server for a core), shows what it reports."""
+    """The wrapper's side of the live parse: starts `follow` in its own process (so parsing never competes with
+    the pump for the GIL, and takes at most CPU_SHARE of a core from the server), shows what it reports."""
 
     def __init__(self, raw_path: Path, start_offset: int, terminal: Terminal, *, interval_s: float = 0.5) -> None:
         self.raw_path = raw_path
@@ -215,7 +339,7 @@ class LiveParse:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=_idle_child,
+            preexec_fn=_live_child,
         )
         self._reader = threading.Thread(target=self._read, name="kvtrace-live", daemon=True)
         self._reader.start()
@@ -254,11 +378,6 @@ class LiveParse:
             proc.wait()
             self.complete = True
             return True
-        # The program is done: what is left of the parse is what the wrapper waits for. Take it out of the idle
-        # class from here (where allowed): on a loaded machine it may still be importing the reader, and would
-        # never get far enough to read the `end` line that lets it leave the idle class by itself.
-        with contextlib.suppress(AttributeError, OSError):
-            os.sched_setscheduler(proc.pid, os.SCHED_OTHER, os.sched_param(0))
         with contextlib.suppress(OSError):
             proc.stdin.write(b"end %d\n" % end_offset)
             proc.stdin.flush()

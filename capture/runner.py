@@ -301,6 +301,7 @@ def run_capture(
         live_stats: dict[str, Any] | None = None
         live_complete = None
         if monitor is not None:
+            at_end = monitor.offset - start_offset  # what the live view had read while the program ran
             live_complete = monitor.finish(
                 sink.bytes_written, rules.parse_wait_s, abort=lambda: len(sigs.received) >= 2
             )
@@ -312,6 +313,7 @@ def run_capture(
                 "target_pos": s.target_pos,
                 "drafter_pos": s.drafter_pos,
                 "bytes_parsed": monitor.offset - start_offset,
+                "bytes_parsed_at_end": at_end,
             }
         terminal.end()
         sink.close(session.path / CHUNKS)

@@ -165,7 +165,7 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 PUBLIC_API = {
-    "analyze": ["FileTail", "InputError", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
+    "analyze": ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
                 "write_tables"],
     "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream",
                 "ModelPair", "Outcome", "RunOptions", "Session", "StdinSource", "Terminal", "UrlSource", "UsageError",

@@ -23,6 +23,7 @@ import streamlit as st
 
 import analyze
 from analyze.dashboard import preload
+from analyze.dashboard.acceptance import show_acceptance, show_counters_finding
 from analyze.dashboard.follow import Follower, LiveState
 from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
@@ -301,6 +302,7 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         st.markdown(explanation)
     if steps:
         st.markdown("**Next steps:**\n" + "\n".join(f"- {s}" for s in steps))
+    show_counters_finding(result, op.source.digest)
 
 
 def _rate(acc: dict[str, Any]) -> str:
@@ -770,6 +772,7 @@ def main() -> None:
         return
     op, seq_id = shown
     key = op.source.digest[:12]
+    show_acceptance(op.parsed, op.source.digest, key)
     if cmp_pick is not None:
         other_op = open_source(sources[cmp_pick])
         if other_op.error is not None:

@@ -362,6 +362,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     if env:
         out += [Prose("**Environment** (from the log):"), Code(env)]
     out += device_blocks(result.meta or {})
+    out += acceptance_blocks(result)
     if steps:
         out += [Prose("**Next steps:**"), Bullets(steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
@@ -382,6 +383,74 @@ def disagreement_text(c: ServerCounters) -> str:
     return ("**Server counters disagree:** the server's /metrics and the log count different drafts ("
             + "; ".join(c.disagreements()) + "). Either the log is incomplete (cut short, lines lost, captured "
             "late) or it holds an acceptance line kvtrace does not read.")
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.0%}"
+
+
+ACCEPTANCE_STRETCHES = 5  # acceptance over time in the report: the run in this many equal stretches
+_REQUEST_INTS = ["slot", "task", "line", "drafted", "accepted"]
+
+
+def _stretches(over: pd.DataFrame) -> str:
+    """A series of (t, drafted, accepted) as the acceptance of each of a few equal stretches of time."""
+    t = over["t"].to_numpy(np.float64)
+    lo, hi = float(t.min()), float(t.max())
+    part = np.minimum(((t - lo) / ((hi - lo) / ACCEPTANCE_STRETCHES)).astype(np.int64), ACCEPTANCE_STRETCHES - 1) \
+        if hi > lo else np.zeros(t.size, dtype=np.int64)
+    g = over.assign(part=part).groupby("part")[["drafted", "accepted"]].sum().reindex(range(ACCEPTANCE_STRETCHES))
+    return " → ".join(_share(a / d) if d > 0 else "-" for d, a in zip(g["drafted"], g["accepted"], strict=True))
+
+
+def _int_rows(frame: pd.DataFrame, ints: list[str]) -> list[list[str]]:
+    """Each row's integer columns as text, then its seconds (where it has them) and its accepted share."""
+    cols = [frame[c].to_numpy(dtype=np.int64) for c in ints]
+    seconds = frame["seconds"].to_numpy(dtype=np.float64) if "seconds" in frame and "task" in ints else None
+    rates = frame["rate"].to_numpy(dtype=np.float64)
+    rows = []
+    for i in range(len(frame)):
+        row = [str(int(c[i])) for c in cols]
+        if seconds is not None:
+            row.insert(3, f"{seconds[i]:.3f}" if math.isfinite(seconds[i]) else "n/a")
+        rows.append([*row, _share(float(rates[i]))])
+    return rows
+
+
+def acceptance_blocks(result: ParseResult) -> list[Block]:
+    """Acceptance over time, per draft position, per slot, and the worst and slowest requests (the numbers the
+    dashboard draws; analyze/acceptance.py)."""
+    from analyze.acceptance import acceptance
+
+    acc = acceptance(result)
+    if acc.empty:
+        return []
+    clock = "the capture's clock" if acc.clock == "capture" else "the log's clock"
+    rows: list[list[str]] = []
+    if len(acc.log_over_time):
+        rows.append([f"over time, log ({ACCEPTANCE_STRETCHES} equal stretches of {clock})",
+                     _stretches(acc.log_over_time)])
+    if acc.server_over_time is not None and len(acc.server_over_time):
+        rows.append([f"over time, server counters ({ACCEPTANCE_STRETCHES} equal stretches)",
+                     _stretches(acc.server_over_time)])
+    if acc.per_position:
+        rows.append(["per draft position, log", ", ".join(_share(v) for v in acc.per_position)])
+    if acc.server_per_position:
+        rows.append(["per draft position, server counters", ", ".join(_share(v) for v in acc.server_per_position)])
+    out: list[Block] = [Prose("**Acceptance**")]
+    if rows:
+        out.append(Table(None, rows))
+    if len(acc.slots):
+        out += [Prose("Per slot:"), Table(["slot", "requests", "drafted", "accepted", "accepted share"],
+                                          _int_rows(acc.slots, ["slot", "requests", "drafted", "accepted"]))]
+    head = ["slot", "task", "first line", "seconds", "drafted", "accepted", "accepted share"]
+    if len(acc.requests) > 1:
+        out += [Prose(f"Lowest acceptance (of {len(acc.requests)} requests):"),
+                Table(head, _int_rows(acc.worst(), _REQUEST_INTS))]
+        slowest = acc.slowest()
+        if len(slowest):
+            out += [Prose("Slowest requests (first line to last):"), Table(head, _int_rows(slowest, _REQUEST_INTS))]
+    return out
 
 
 def _md_table(t: Table) -> str:
