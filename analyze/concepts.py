@@ -129,6 +129,10 @@ CONCEPTS: tuple[Concept, ...] = (
        r"illegal instruction|illegal memory access|access violation|core dumped",
        r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
        r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
+       # a runtime's runner that died, with or without its reason after it (ollama: `: exit status 2`,
+       # `: GGML_ASSERT(...)`, or nothing, 2023's journald lines)
+       r"runner process (?:has )?(?:terminated|exited|crashed)",
+       r"error (?:starting|loading) (?:the )?llama (?:runner|server)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
        r"(?:model|server|runner|process|engine) has crashed|process no longer running",
        r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
@@ -141,7 +145,11 @@ CONCEPTS: tuple[Concept, ...] = (
                  "Killed",
                  "thread 'main' panicked at src/main.rs:42:5:",
                  "The model has crashed without additional information. (Exit code: 18446744072635812000)",
-                 "Error: llama runner process no longer running: -1 "),
+                 "Error: llama runner process no longer running: -1 ",
+                 "2023/12/24 23:48:35 llama.go:459: error starting llama runner: llama runner process has terminated",
+                 "Error: llama runner process has terminated. when running dolphin-mixtral",
+                 'level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner process has '
+                 'terminated: exit status 2"'),
        not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",

@@ -83,10 +83,15 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.01.116.440 I slot   operator(): id  0 | task 0 | accepted  1/ 3 draft tokens",
                  "0.01.118.254 D slot   operator(): id  0 | task 0 | accepted 1/3 draft tokens, new n_tokens = 26")),
     # ---- the position-check error block (§3.2); every closing variant, any part may be cut off
-    _p("pos_header", "block", "inconsistent sequence positions",
-       r"the tokens of sequence (?P<seq>\d+) in the input batch have inconsistent sequence positions",
+    # the header cut where a paste or a terminal ended it (`... in the input ba`, journald's `... batch have>`) is
+    # still the header: no other message of llama-batch.cpp says "the tokens of sequence N in the input"
+    _p("pos_header", "block", "the tokens of sequence",
+       r"the tokens of sequence (?P<seq>\d+) in the input"
+       r"(?: batch have inconsistent sequence positions| b[a-z ]*$| ?$)",
        kind="header",
-       examples=("3.28.378.761 E init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:",)),
+       # examples: the second cut by the end of the paste (tests/fixtures/blind/batch-3, report 01)
+       examples=("3.28.378.761 E init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:",
+                 "init: the tokens of sequence 0 in the input ba")),
     _p("pos_x", "block", "is X = ",
        rf"the last position stored in the memory module.*?for sequence (?P<seq>\d+) is X = (?P<x>{INT})",
        kind="x",
@@ -610,6 +615,12 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("cli_drafted", "event", "n_drafted", r"^\s*n_drafted\s*=\s*(?P<generated>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_drafted = 132",)),
+    # the same statistics as a Markdown table a report made of its runs: `n_drafted` a column's name or a row's
+    _p("table_stats", "event", "n_drafted", r"(?:^|\|)\s*n_drafted(?:\s+[\w.-]+)?\s*\|", kind="draft_stats",
+       builds="reports' tables of examples/speculative and lookup runs",
+       # examples: a table's header (tests/fixtures/blind/batch-3, report 19) and a row's label (report 25)
+       examples=("Model | n_draft | n_predict | n_drafted | n_accept | accept ratio | 1st time | 2nd time",
+                 "| n_drafted master |      0 |     151 |     254 |     450 |")),
     _p("json_draft_n", "event", '"draft_n"',
        r'"draft_n"\s*:\s*(?P<generated>\d+)(?:,\s*"draft_n_accepted"\s*:\s*(?P<accepted>\d+))?', kind="draft_stats",
        builds="server responses (timings)",

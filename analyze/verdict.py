@@ -13,6 +13,7 @@ import pandas as pd
 
 from analyze.concepts import CONCEPT_PREFIX
 from analyze.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
+from analyze.normalize import message
 from analyze.records import SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -169,6 +170,25 @@ def failing_side(row: pd.Series, comp: str, speculative: bool, complete: bool = 
     return "unknown", None
 
 
+def _side_from_its_copy(rows: pd.DataFrame) -> pd.Series:
+    """The first failure, with the side a later copy of its line names: a report quotes its error in the prose
+    (the title, the problem description) before the log that prints it again among the lines that say which
+    context failed (`failed to load draft model` after `error loading model`)."""
+    first = rows.iloc[0]
+    if first["component"] != "unknown" or len(rows) < 2:
+        return first
+    head = lines_of(first["lines"])
+    said = message(head[0][1]) if head else ""
+    for _, row in rows.iloc[1:].iterrows():
+        copy = lines_of(row["lines"])
+        if row["component"] != "unknown" and said and copy and message(copy[0][1]) == said:
+            first = first.copy()
+            first["component"], first["evidence"], first["evidence_line"] = (
+                row["component"], row["evidence"], row["evidence_line"])
+            break
+    return first
+
+
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events, meta)
@@ -211,7 +231,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         rows = errors[errors.kind == kind]
         if rows.empty:
             continue
-        first = rows.iloc[0]
+        first = _side_from_its_copy(rows)
         comp, comp_line = failing_side(first, str(first["component"]), speculative, whole_log)
         side = f"the {comp}" if comp != "unknown" else "a"
         ret = opt_int(first["ret"])

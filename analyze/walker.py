@@ -325,7 +325,9 @@ class Walker:
                 self._close_failure()
             elif fam != "block":
                 f.block_open = False  # what follows the block is the decode failing, not more of it
-        return True
+        # a command line is the reporter's, not llama.cpp's: its flags are kept, but a text of command lines
+        # alone (a repro, a thread of commands) holds no log
+        return p.kind != "flag"
 
     def _time(self, line: str) -> tuple[float, str | None]:
         if (m := _PREFIX_AT_START(line)) is not None:  # a raw capture: llama.cpp's own prefix, nothing else
@@ -466,6 +468,10 @@ class Walker:
             f.add_line(no, line)
             return True
         seq = int(m["seq"])
+        if (kind == "header" and live and f is not None and f.line == no - 1 and f.seq_id == seq
+                and f.last_pos is None and f.batch_start is None):
+            f.add_line(no, line)  # the header read again whole, joined to its re-wrapped end: the same header
+            return True
         if kind == "header" or not live or f is None or (
                 kind == "x" and (f.last_pos is not None or f.batch_start is not None)) or (
                 kind == "y" and f.batch_start is not None) or (f.seq_id is not None and f.seq_id != seq):

@@ -134,3 +134,46 @@ def test_a_draft_model_loaded_nearby_does_not_decide_a_failing_decode_s_side() -
     load = ("srv    load_model: loading draft model 'draft.gguf'\n"
             "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape\n")
     assert analyze.parse(load.encode()).verdict.component == "drafter"  # a load right after it is the draft's
+
+
+@pytest.mark.parametrize("cut", [
+    "init: the tokens of sequence 0 in the input ba",  # the paste ends inside the header
+    "Dec 24 23:48:35 host llama-server[3974]: init: the tokens of sequence 0 in the input batch have inconsis>",
+])
+def test_a_position_header_cut_off_is_still_the_position_check(cut: str) -> None:
+    v = analyze.parse(("srv  update_slots: all slots are idle\n" + cut + "\n").encode()).verdict
+    assert (v.kind, v.seq_id, v.last_pos, v.batch_start, v.n_position_errors) == (
+        "inconsistent_positions", 0, None, None, 1)
+
+
+@pytest.mark.parametrize("table", [
+    "Model | n_draft | n_predict | n_drafted | n_accept | accept ratio\n-- | -- | -- | -- | -- | --\n"
+    "Qwen2.5-3B-Instruct.Q4_0.gguf | 5 | 129 | 93 | 23 | 24.70%\n",
+    "| --draft          |      0 |       1 |       2 |\n|------------------|--------|---------|---------|\n"
+    "| n_drafted master |      0 |     151 |     254 |\n| n_accept master  |      0 |     120 |     200 |\n",
+])
+def test_a_table_of_n_drafted_and_n_accept_is_draft_statistics(table: str) -> None:
+    assert analyze.parse(table.encode()).verdict.kind == "draft_stats_only"
+
+
+@pytest.mark.parametrize("text", [
+    "./bin/llama-speculative -m big.gguf -md small.gguf --draft-max 8 -np 4 -fa\n",
+    "I can reproduce it with:\n./llama-speculative \\\n    -m big.gguf \\\n    -md small.gguf \\\n"
+    "    -c 8000 -ngl 99 --draft 16\n",
+])
+def test_command_lines_alone_are_no_log(text: str) -> None:
+    r = analyze.parse(text.encode())
+    assert r.verdict.kind == "no_log"
+    assert r.meta["flags"]["-md"] == "small.gguf"  # the flags are still read
+
+
+def test_an_error_quoted_before_the_log_takes_the_side_the_log_gives_it() -> None:
+    text = ("when I load the dflash model there is an error:\n"
+            "llama_model_load: error loading model: unknown model architecture: 'dflash'\n"
+            "\n".join(["", *["how can I fix it?"] * 8, ""]) +
+            "llama_model_load: error loading model: unknown model architecture: 'dflash'\n"
+            "llama_model_load_from_file_impl: failed to load model\n"
+            "srv    load_model: failed to load draft model, 'dflash.gguf'\n")
+    v = analyze.parse(text.encode()).verdict
+    assert (v.kind, v.component) == ("other", "drafter")
+    assert "failed to load draft model" in next(e["text"] for e in v.evidence if e["line"] == v.component_evidence)
