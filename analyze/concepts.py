@@ -131,7 +131,7 @@ CONCEPTS: tuple[Concept, ...] = (
        r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
        # a runtime's runner that died, with or without its reason after it (ollama: `: exit status 2`,
        # `: GGML_ASSERT(...)`, or nothing, 2023's journald lines)
-       r"runner process (?:has )?(?:terminated|exited|crashed)",
+       r"(?:runner|llama[ -]server|server) process (?:has )?(?:terminated|exited|crashed)",
        r"error (?:starting|loading) (?:the )?llama (?:runner|server)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
        r"(?:model|server|runner|process|engine) has crashed|process no longer running",
@@ -149,7 +149,8 @@ CONCEPTS: tuple[Concept, ...] = (
                  "2023/12/24 23:48:35 llama.go:459: error starting llama runner: llama runner process has terminated",
                  "Error: llama runner process has terminated. when running dolphin-mixtral",
                  'level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner process has '
-                 'terminated: exit status 2"'),
+                 'terminated: exit status 2"',
+                 "llama-server process has terminated: llama_init_from_model: failed to initialize the context"),
        not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
@@ -191,13 +192,21 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}error{_S}loading{_S}(?:draft{_S})?model",
        rf"{_B}(?:failed|unable){_S}to{_S}(?:create|initiali[sz]e|init){_S}(?:the{_S})?(?:llama{_S})?context",
        rf"{_B}(?:LoadModel|ModelLoad|LoadWeights){_S}(?:Error|Exception|Failed)",
+       # the model file could not be opened: gguf's `failed to open 'PATH': 'No such file or directory'`, a
+       # runtime's `unable to open model file`, Go's `open /models/x.gguf: no such file or directory`
+       rf"{_B}(?:failed|unable|could{_S}not|cannot|can't|couldn't){_S}(?:to{_S})?open{_S}(?:the{_S})?"
+       rf"(?:(?:draft{_S}|target{_S})?model(?:{_S}file)?|gguf(?:{_S}file)?|'[^']*')",
+       r"\bopen \S+\.gguf: no such file or directory",
        examples=("llama_load_model_from_file: failed to load model",
                  "LLama.Exceptions.LoadWeightsFailedException: Failed to load model 'model.gguf'",
                  "ValueError: Failed to load model from file: models/7B/ggml-model.gguf",
                  "Error: unable to load draft model",
                  "llama_model_load: error loading model architecture: unknown model architecture: 'qwen35'",
-                 "ModelLoadError"),
-       not_examples=("I load the model with -m and it works",)),
+                 "ModelLoadError",
+                 "gguf_init_from_file: failed to open 'DRAFT_MODEL_PATH': 'No such file or directory'",
+                 "error: unable to open model file models/7B.gguf",
+                 "Error: open /root/.ollama/models/blobs/model.gguf: no such file or directory"),
+       not_examples=("I load the model with -m and it works", "failed to open the browser tab")),
     # an HTTP error answer from llama-server (its JSON `type` for a 500) or a client that names the status
     _c("server_error", "error",
        r"[\'\"]type[\'\"]\s*:\s*[\'\"]server_error",

@@ -92,6 +92,10 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the second cut by the end of the paste (tests/fixtures/blind/batch-3, report 01)
        examples=("3.28.378.761 E init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:",
                  "init: the tokens of sequence 0 in the input ba")),
+    # cut before its sequence number (tests/fixtures/blind/batch-4, report 01: `init: the tokens of`), the same
+    # family as the cut above; `init:` is llama-batch.cpp's function, so prose ending in "the tokens of" is not it
+    _p("pos_header_cut", "block", "init: the tokens of", r"\binit: the tokens of(?: s[a-z]*)? ?$", kind="header",
+       examples=("[...] init: the tokens of", "0.12.000.001 E init: the tokens of seq")),
     _p("pos_x", "block", "is X = ",
        rf"the last position stored in the memory module.*?for sequence (?P<seq>\d+) is X = (?P<x>{INT})",
        kind="x",
@@ -291,6 +295,16 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="load", extra={"stage": "2"},
        # examples: no capture has one: the wording issue 23 names
        examples=("n_embd of the draft differs from the target's (2048 vs 4096)",)),
+    # a drafter that needs its target's context to be created (DFlash, an MTP head such as Gemma4Assistant): the
+    # draft side's, even where no other line names the draft (the log-format notes' `dflash requires ctx_other`,
+    # tests/fixtures/blind/batch-4 report 03's `Gemma4Assistant requires ctx_other`)
+    _p("ctx_other_required", "failure", "requires ctx_other",
+       r"failed to initialize the context: (?P<msg>\S+ requires ctx_other to be set.*)", kind="load",
+       component="drafter", extra={"stage": "1"},
+       examples=("llama_init_from_model: failed to initialize the context: dflash requires ctx_other to be set "
+                 "(this warning is normal during memory fitting)",
+                 "llama_init_from_model: failed to initialize the context: Gemma4Assistant requires ctx_other to be "
+                 "set")),
     _p("init_context_failed", "failure", "failed to initialize the context",
        r"failed to initialize the context(?:: (?P<msg>.*))?", kind="load", extra={"stage": "1"},
        examples=("llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers",)),

@@ -18,6 +18,7 @@ NA = -(2**63)  # a missing integer inside an array('q')
 SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "load": 1, "assert": 1, "error": 1}
 
 MAX_EVIDENCE = 12
+PROSE_ACCEPTANCE = "prose_acceptance"  # an event: a draft acceptance told in the report's words, not a log line's
 KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)
 
 

@@ -522,6 +522,18 @@ def rule_decode_compute(result: ParseResult, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row)), {"n": len(rows), "ret": ret}, key="compute")
 
 
+def rule_decode_invalid_batch(result: ParseResult, _c: CycleStats) -> Match | None:
+    """llama_decode returned -1 with no position block in the text: llama.cpp refused the batch as invalid
+    (`failed to decode, ret = -1`, a runtime's `llama_decode returned -1`)."""
+    found = _first_error(result, lambda e: (e["kind"] == "decode_failed") & (e["ret"] == -1))
+    if found is None:
+        return None
+    rows, row = found
+    return Match(f"llama_decode refused a batch as invalid (ret = -1, {row['variant']}); {len(rows)} such failure"
+                 f"{'s' if len(rows) != 1 else ''}, and no position block in the text that says which check.",
+                 tuple(_block_lines(row)), {"n": len(rows)}, key="invalid_batch")
+
+
 # ---- rules for failures a runtime words its own way (the concept layer, analyze/concepts.py) --------------
 
 def _by_wording(result: ParseResult) -> pd.DataFrame:
@@ -550,8 +562,17 @@ def rule_invalid_logits(result: ParseResult, _c: CycleStats) -> Match | None:
 
 
 def rule_out_of_memory(result: ParseResult, _c: CycleStats) -> Match | None:
-    if (found := _first_concept(result, "out_of_memory")) is None:
-        return None
+    """An allocation that failed: told only in words the table does not know, or just before a start-up failure
+    the table read whose own words give no reason (`cudaMalloc failed: out of memory` then `failed to initialize
+    the context: failed to allocate buffer for kv cache`)."""
+    found = _first_concept(result, "out_of_memory")
+    if found is None:
+        e = result.errors
+        oom = e[e["variant"] == CONCEPT_PREFIX + "out_of_memory"]
+        by_table = e[~e["variant"].fillna("").str.startswith(CONCEPT_PREFIX)]
+        if oom.empty or by_table.empty or not bool((by_table["kind"] == "load").all()):
+            return None
+        found = oom, oom.iloc[0]
     rows, row = found
     return Match(f"a device or host allocation failed (out of memory); {len(rows)} such failure"
                  f"{'s' if len(rows) != 1 else ''}.", tuple(_block_lines(row)), {"n": len(rows)}, key="oom")
@@ -823,6 +844,20 @@ SIGNATURES: tuple[Signature, ...] = (
         (Step("Lower the context size and `--batch-size`/`--ubatch-size`; stay within the model's trained context."),
          Step("Retry on another backend or the CPU to tell a backend failure from a memory limit."),
          SINGLE_GPU, REPORT_BUILD),
+    ),
+    Signature(
+        "decode_invalid_batch", "Decode refused the batch as invalid (ret = -1)", rule_decode_invalid_batch,
+        "llama_decode returned -1: the input-batch checks refused the batch before computing it (positions that do "
+        "not continue the sequence's cache, a sequence id past the context's sequences, a token outside the "
+        "vocabulary). llama.cpp logs which check just before it; a second call that fails where the first "
+        "worked usually means the cache still holds the previous call's positions.",
+        (Step("Turn on llama.cpp's log (the runtime's verbose mode or log callback) and rerun: the `init:` lines "
+              "just before the failure name the check that refused the batch."),
+         Step("Between independent calls, clear the context's memory (`llama_memory_clear`, the runtime's "
+              "`reset()`), or start the next call's positions where the cache ends."),
+         Step("Check the batch's sequence ids (below `--parallel` / `n_seq_max`) and token ids (below the "
+              "model's vocabulary size)."),
+         REPORT_BUILD),
     ),
     Signature(
         "invalid_logits", "Logits asked for a position that has none", rule_invalid_logits,

@@ -6,6 +6,8 @@ that needs its target's context (DFlash, EAGLE3) cannot be created alone, so the
 fitting)` and the server then loads, listens and serves as usual. Two families of such lines are notices:
 - a failure line that llama.cpp itself calls normal or expected;
 - a start-up (load) failure followed by the server coming up (model loaded, listening, slots idle).
+A failure quoted as the reason a runtime's server process died (`llama-server process has terminated: ...
+(this warning is normal during memory fitting)`) is no notice: the server did not come up.
 They move from the errors table to the events (kind `startup_notice`), so a healthy run reads healthy; a
 start-up failure with no server after it stays a failure.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 
+from analyze.concepts import CRASH
 from analyze.records import Event, Failure
 
 # llama.cpp's own words for a message that is not a problem: "(this warning is normal during memory fitting)"
@@ -34,13 +37,14 @@ def split_notices(failures: list[Failure], events: list[Event]) -> tuple[list[Fa
     kept: list[Failure] = []
     notices: list[Event] = []
     for f in failures:
-        normal = NORMAL_MARK.search(_text(f)) is not None
+        text = _text(f)
+        normal = NORMAL_MARK.search(text) is not None and CRASH.regex.search(text) is None
         served_after = f.kind in STARTUP_KINDS and ready is not None and f.line < ready
         if not (normal or served_after):
             kept.append(f)
             continue
         detail = {"variant": f.variant, "failure_kind": f.kind, "why": "marked normal" if normal else "served after",
-                  "text": _text(f)[:500]}
+                  "text": text[:500]}
         notices.append(Event(f.line, f.t, NOTICE, f.component, f.seq_id, None,
                              json.dumps(detail, sort_keys=True, ensure_ascii=False), f.variant))
     return kept, notices

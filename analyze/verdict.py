@@ -14,7 +14,7 @@ import pandas as pd
 from analyze.concepts import CONCEPT_PREFIX
 from analyze.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from analyze.normalize import message
-from analyze.records import SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from analyze.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
@@ -282,6 +282,11 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         if trims:
             summary += " " + trims_text(trims)
         return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
+    if meta.get("recognised_lines", 0) > 0 and (events.kind == PROSE_ACCEPTANCE).any():
+        # healthy llama.cpp lines, and the acceptance only in the report's words (the figures stay the reporter's)
+        return Verdict("draft_stats_only", "unknown", None, None, None, 0,
+                       "A speculative run with no failure in the log; its draft acceptance is given only in the "
+                       "report's words, not in log lines.", [], **base)
     if meta.get("recognised_lines", 0) > 0:
         return Verdict("other", "unknown", None, None, None, 0,
                        "A llama.cpp log with no failure and no draft statistics.", [], **base)

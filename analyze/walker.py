@@ -37,6 +37,7 @@ from analyze.records import (
     CONTEXT_CODES,
     KEEP_LINES_FOR,
     NA,
+    PROSE_ACCEPTANCE,
     SEVERITY,
     BatchColumns,
     Event,
@@ -261,7 +262,11 @@ class Walker:
     def _unknown(self, line: str, no: int, unread: bool) -> None:
         """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
         (joined to the line before it and read again), else a failure told in words the table does not know
-        (analyze/concepts.py)."""
+        (analyze/concepts.py). A draft acceptance told in prose is kept as an event (`prose_acceptance`)."""
+        if "accept" in line and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
+            t, _ = self._time(line)
+            self.events.append(Event(no, t, PROSE_ACCEPTANCE, "unknown", None, None,
+                                     json.dumps({"text": pa.group(0)}, ensure_ascii=False), PROSE_ACCEPTANCE))
         prev = self._prev
         if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
             hit = _first(joined)
@@ -272,7 +277,10 @@ class Walker:
                 return
             if hit is None and len(joined) <= 2 * WRAP_WIDTH and WRAP_CUE.search(joined) is not None:
                 self._prev = (no, joined)  # a line re-wrapped into three or more: the next may go on with it
-                return
+                if recognise(line) is None:
+                    return
+                # a failure of its own right after a line with a re-wrap cue (koboldcpp's `[Context Shifting:
+                # ... at position N]`, then `exception: access violation ...`): read it, do not swallow it
         if len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None:
             # it may be a re-wrapped line's start: the walker sees it, and the line after it, every time
             self._prev = (no, line)
@@ -467,7 +475,7 @@ class Walker:
             f.block_closed = True
             f.add_line(no, line)
             return True
-        seq = int(m["seq"])
+        seq = int(m["seq"]) if m.groupdict().get("seq") is not None else None  # a header cut before its number
         if (kind == "header" and live and f is not None and f.line == no - 1 and f.seq_id == seq
                 and f.last_pos is None and f.batch_start is None):
             f.add_line(no, line)  # the header read again whole, joined to its re-wrapped end: the same header
@@ -763,6 +771,12 @@ _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(
 if any(c.isdigit() or not c.isascii() for a in _DIGIT_SENSITIVE for c in a):
     raise ImportError("a digit-sensitive anchor holds a digit: _first can no longer test it on the masked text")
 _PREFIX_AT_START = LLAMA_PREFIX.match
+# a draft acceptance told in the report's words, not a log line's (`very low draft acceptance, ~0.5`, "`draft
+# acceptance` 0.41-0.65", `an acceptance rate of 65 %`): a speculative run's statistics, kept apart from the
+# log's own counts (they never enter the acceptance figures)
+PROSE_ACCEPTANCE_WORDS = re.compile(
+    r"(?:draft accept(?:ance|ed)(?: rate)?|accept(?:ance)? rate)\W{0,3}(?:[a-z]+\W{1,3}){0,3}[~\u2248]?\s*"
+    r"(?:0?\.\d+|\d{1,3}(?:\.\d+)?\s?%)", re.IGNORECASE)  # up to three words before the figure: `is very low, ~0.5`
 _DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
 _DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex

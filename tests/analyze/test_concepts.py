@@ -112,3 +112,34 @@ def test_the_same_line_again_is_read_again_with_the_accelerator() -> None:
     filler = "".join(f"0.00.{i % 60:02d}.000.000 I srv  update_slots: all slots are idle\n" for i in range(40))
     r = analyze.parse((line + filler + line).encode())
     assert len(r.errors) == 2
+
+
+def test_a_failure_right_after_a_line_with_a_re_wrap_cue_is_still_read() -> None:
+    """A line naming a position may be a re-wrapped line's start; the failure after it is not its end."""
+    text = (b"[Context Shifting: Erased 106 tokens at position 9339]\n"
+            b"Processing Prompt [BATCH] (431 / 431 tokens)exception: access violation reading 0x10\n")
+    r = analyze.parse(text)
+    assert r.errors["variant"].tolist() == [CONCEPT_PREFIX + "crash_signal"]
+    assert r.verdict.kind == "other"
+
+
+@pytest.mark.parametrize("prose", [
+    "with speculative decoding on, draft acceptance is very low, ~0.5.",
+    "`draft acceptance` 0.41-0.65 at n_max 3, 0.29-0.43 at n_max 5",
+    "the acceptance rate dropped to 45% after the update",
+])
+def test_acceptance_in_prose_beside_healthy_lines_is_a_healthy_run(prose: str) -> None:
+    healthy = "0.31.295.972 I srv  llama_server: listening on http://127.0.0.1:8081\n"
+    r = analyze.parse((prose + "\n" + healthy).encode())
+    assert r.verdict.kind == "draft_stats_only"
+    assert not r.verdict.acceptance  # the reporter's figures never become the log's counts
+    assert analyze.parse((prose + "\n").encode()).verdict.kind == "no_log"  # prose alone has no log
+    assert analyze.parse(healthy.encode()).verdict.kind == "other"
+
+
+def test_a_normal_marked_failure_quoted_as_why_the_server_died_stays_a_failure() -> None:
+    line = ("llama_init_from_model: failed to initialize the context: Gemma4Assistant requires ctx_other to be set "
+            "(this warning is normal during memory fitting)")
+    died = analyze.parse(f"llama-server process has terminated: {line}\n".encode()).verdict
+    assert (died.kind, died.component) == ("other", "drafter")
+    assert analyze.parse(f"{line}\n".encode()).errors.empty  # alone, llama.cpp's own word: a start-up notice

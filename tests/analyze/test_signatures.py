@@ -314,3 +314,30 @@ def test_catalogue_is_data() -> None:
     assert len(names) == len(set(names)) and names[-1] == "unclassified"
     for s in SIGNATURES:
         assert s.title and s.explanation and s.next_steps
+
+
+@pytest.mark.parametrize("text", [
+    'the model throws error "llama_decode: failed to decode, ret = -1"\n',
+    "srv  update_slots: failed to decode the batch, n_batch = 512, ret = -1\n",
+])
+def test_decode_minus_one_without_a_position_block_is_an_invalid_batch(text: str) -> None:
+    m = match_signature(analyze.parse(text.encode()))
+    assert (m.name, m.match.key) == ("decode_invalid_batch", "invalid_batch")
+    assert m.signature.failure and m.steps
+
+
+def test_an_allocation_that_failed_before_a_target_start_up_failure_is_out_of_memory() -> None:
+    text = (b"E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 36864.00 MiB on device 0: cudaMalloc failed: "
+            b"out of memory\n"
+            b"E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache\n")
+    r = analyze.parse(text)
+    assert (r.verdict.kind, r.verdict.component) == ("other", "target")
+    assert match_signature(r).name == "out_of_memory"
+
+
+def test_a_drafter_that_needs_its_target_s_context_is_the_draft_side_s_start_up_failure() -> None:
+    text = (b"llama-server process has terminated: llama_init_from_model: failed to initialize the context: "
+            b"Gemma4Assistant requires ctx_other to be set (this warning is normal during memory fitting)\n")
+    r = analyze.parse(text)
+    assert r.verdict.component == "drafter"
+    assert match_signature(r).name == "draft_context_failed"
