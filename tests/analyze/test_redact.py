@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -252,8 +253,12 @@ TEXT_PIECE = re.compile(rb": id =\s*\d+ \((?!\s*(?:\[redacted\]|<[^<>\s]+>)(?:\)
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_LOGS])
 def test_a_real_capture_redacted_triages_exactly_like_the_original(log: Path, tmp_path: Path) -> None:
+    from capture.session import MANIFEST, SHAREABLE
+
     before = log.stat().st_mtime_ns
-    out = tmp_path / "shareable.log"
+    out = tmp_path / SHAREABLE
+    if (log.parent / MANIFEST).is_file():  # a session's copy is read with its manifest (the run's command line)
+        shutil.copy(log.parent / MANIFEST, tmp_path / MANIFEST)
     summary = redact_file(log, out)
     assert summary.changed > 0 and summary.removed.get("batch_token", 0) > 0
     data = out.read_bytes()
