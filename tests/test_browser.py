@@ -100,7 +100,8 @@ def test_upload_and_chart_in_chromium(server: str) -> None:
 
             # Choosing the third error row shows the raw log around that error's line, as plain text.
             third = int(analyze.parse(STALE).errors["line"].iloc[2])
-            grid = page.locator("[data-testid='stDataFrame']").first
+            # the errors table by its key (the acceptance section's tables come before it on the page)
+            grid = page.locator("[class*='st-key-t-'][class*='-errors'] [data-testid='stDataFrame']").first
             grid.scroll_into_view_if_needed()
             box = grid.bounding_box()
             assert box is not None

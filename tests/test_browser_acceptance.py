@@ -48,6 +48,7 @@ def test_the_three_acceptance_views_are_drawn(server: str) -> None:  # noqa: F81
                     "b.height > 0; }).length")
                 assert drawn > 0, title
             slots = page.locator("[data-testid='stDataFrame']").filter(has_text="requests").first
+            slots.wait_for(timeout=30_000)  # a table's frontend loads on its own, after the charts'
             assert slots.count() == 1
             page.screenshot(path=str(ARTIFACTS / "acceptance.png"), full_page=True)
         finally:
