@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -40,6 +41,7 @@ from analyze.positions import (
     sequences,
 )
 from analyze.views.bundle import zip_tables
+from analyze.views.downsample import DEFAULT_MAX_POINTS
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.views.report import escape, headline, markdown_report, what_to_do
 from capture.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
@@ -55,8 +57,16 @@ UPLOAD_TYPES = ["log", "txt", "gz", "md", "json"]  # json: a GitHub thread (gh, 
 TABLE_ROWS_SHOWN = 5000  # the browser gets at most this many rows per table; downloads have all
 RAW_CONTEXT = 20  # lines either side of the chosen one
 LIVE_INTERVAL_S = 1.0  # a followed log's charts and counters update this often
-REST_AFTER_S = 0.5  # a first open's browser asks for the rest of the page this long after it has the chart
-REST_KEY = "rest-to-draw"  # session state: the first run drew the chart only
+# A first open's browser ticks this often once it has the chart, and asks for the rest of the page on the first
+# tick that comes on time at least REST_AFTER_S after the chart was sent (a browser still loading the chart
+# library or drawing the chart runs its timers late), and REST_AT_MOST_S after it at the latest.
+REST_TICK_S = 0.5
+REST_AFTER_S = 1.5
+REST_AT_MOST_S = 4.0
+REST_KEY = "rest-to-draw"  # session state: the first run drew the chart only (when its last tick came)
+# The first open's chart is downsampled this far (the full figure comes with the rest of the page): a browser
+# draws 18,000 points of a 124 MB capture about 2 s later than 5,000; a small log has fewer and is the same.
+FIRST_MAX_POINTS = 1000
 
 
 @dataclass(slots=True)
@@ -463,7 +473,8 @@ def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False, head: Pag
     else:
         with head.controls:
             seq_id, x_range, tol = chart_controls(op, axis, key)
-    fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol)
+    fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol,
+                          max_points=FIRST_MAX_POINTS if first else DEFAULT_MAX_POINTS)
     fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
     head.chart.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
     if first:
@@ -673,12 +684,22 @@ def _chart_first() -> bool:
             and "opened" not in st.session_state and _in_a_browser())
 
 
-@st.fragment(run_every=REST_AFTER_S)
+@st.fragment(run_every=REST_TICK_S)
 def _rest_of_the_page() -> None:
-    """Run by the browser's timer, which fires once its page is idle again after the first chart: the whole
-    page, in one full run (which stops this timer). On the run that draws it, it draws nothing."""
-    if st.session_state.pop(REST_KEY, False):
+    """Run by the browser's timer: the whole page, in one full run (which stops this timer), once the chart is
+    likely drawn (REST_TICK_S, REST_AFTER_S): the rest of the page arriving before that only delays the chart,
+    whose library the browser is still loading, or which it is still drawing. On the run that draws it, it
+    draws nothing."""
+    state = st.session_state.get(REST_KEY)
+    if state is None:
+        return
+    sent, last = state
+    now = time.monotonic()
+    on_time = REST_TICK_S * 0.5 <= now - last <= REST_TICK_S * 1.5  # ticks bunched up: it was busy until now
+    if (on_time and now - sent >= REST_AFTER_S) or now - sent >= REST_AT_MOST_S:
+        del st.session_state[REST_KEY]
         st.rerun(scope="app")
+    st.session_state[REST_KEY] = (sent, now)
 
 
 def _head_of(name: str, waiting: bool) -> PageHead:
@@ -739,7 +760,8 @@ def main() -> None:
     if first:
         show_log(sources[0], first=True, head=head)
         _rest_of_the_page()
-        st.session_state[REST_KEY] = True  # after the inline run above: only the timer's run draws the rest
+        now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
+        st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
         return
     names = [s.name for s in sources]
     _show_newest(sources)
