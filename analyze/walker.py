@@ -510,6 +510,10 @@ class Walker:
             f.variant = p.name
         elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
             f.kind, f.variant = kind, p.name
+        elif p.kind == "kv_slot" and f.kind == "decode_failed" and f.ret is None:
+            # a line naming the missing memory slot (`failed to find a memory slot`) says why the batch before it
+            # could not be placed (a split that failed): decode's ret = 1, the KV room's, not a position error
+            f.kind, f.variant = kind, p.name
         f.stage = max(f.stage, stage)
         if ret is not None and (f.ret is None or f.ret == 0):
             f.ret = ret
