@@ -520,6 +520,8 @@ class Walker:
         if f.seq_id is None and g.get("seq") is not None:
             f.seq_id = int(g["seq"])
         side = p.component if p.component != "unknown" else caller_side(line[: m.start()])
+        if side == "unknown" and g.get("cond"):
+            side = side_of(g["cond"])  # an assert whose condition or message names the draft side (MTP's head)
         if side != "unknown" and f.component == "unknown":
             f.component, f.evidence, f.evidence_line = side, message(line), no
         f.add_line(no, line)
