@@ -101,6 +101,8 @@ CONCEPTS: tuple[Concept, ...] = (
                  "llama_decode: ret = -3",
                  "Error: Eval has failed"),
        not_examples=("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
+                     "coherent output, no `decode failed -1` / abort",
+                     "it ran for an hour without decode failed errors",
                      "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
                      "speculative decoding makes decode about twice as fast",
                      "prompt eval time =     150.06 ms /    24 tokens")),
@@ -136,6 +138,11 @@ CONCEPTS: tuple[Concept, ...] = (
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
        r"(?:model|server|runner|process|engine) has crashed|process no longer running",
        r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
+       # a Go runtime's crash dump without its panic line: goroutine headers, `created by ... in goroutine N`,
+       # cgo's `signal arrived during cgo execution`, and the register dump after it (`rax    0x0`, `rip 0x...`)
+       r"^\s*goroutine \d+ (?:gp=\S+ m=\S+ (?:mp=\S+ )?)?\[[^\]]+\]:|^\s*created by \S+ in goroutine \d+",
+       r"signal arrived during (?:cgo|external code) execution",
+       r"^\s*(?:rax|rip|eax|eip)\s+0x[0-9a-f]+\s*$",
        r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
        examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
                  "Thread 1 received signal SIGSEGV, Segmentation fault.",
@@ -144,6 +151,11 @@ CONCEPTS: tuple[Concept, ...] = (
                  "panic: runtime error: invalid memory address or nil pointer dereference",
                  "Killed",
                  "thread 'main' panicked at src/main.rs:42:5:",
+                 "goroutine 1 [running]:",
+                 "goroutine 16 gp=0xc0001036c0 m=nil [IO wait]:",
+                 "created by net/http.(*connReader).startBackgroundRead in goroutine 48",
+                 "signal arrived during cgo execution",
+                 "rax    0x0",
                  "The model has crashed without additional information. (Exit code: 18446744072635812000)",
                  "Error: llama runner process no longer running: -1 ",
                  "2023/12/24 23:48:35 llama.go:459: error starting llama runner: llama runner process has terminated",
@@ -151,7 +163,9 @@ CONCEPTS: tuple[Concept, ...] = (
                  'level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner process has '
                  'terminated: exit status 2"',
                  "llama-server process has terminated: llama_init_from_model: failed to initialize the context"),
-       not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it")),
+       not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it",
+                     "it ran all night without a segmentation fault",
+                     "each request runs in its own goroutine", "rax holds the return value")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
        r"VK_ERROR_DEVICE_LOST|DXGI_ERROR_DEVICE_(?:REMOVED|HUNG|RESET)",
@@ -227,7 +241,7 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
          "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
          "not enough", "killed", "panicked", "no longer running", "vk_error", "ur_result", "bus error",
-         "floating point")
+         "floating point", "goroutine", "rax ", "rip ", "eax ", "eip ")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
@@ -250,9 +264,14 @@ def recognise(line: str) -> tuple[Concept, re.Match[str]] | None:
         return None
     for concept in CONCEPTS:
         m = concept.regex.search(line)
-        if m is not None:
+        if m is not None and _NEGATED.search(line, 0, m.start()) is None:
             return concept, m
     return None
+
+
+# prose that says a failure did NOT happen: `no "decode failed -1" / abort`, `without a segfault`, `never
+# crashed with ...`: the negation right before the wording (quotes and markup between them allowed)
+_NEGATED = re.compile(r"(?:^|[^a-z])(?:no|without|never)(?:\s+(?:a|an|any))?[\s`'\"*(]*$", re.IGNORECASE)
 
 
 def code_of(m: re.Match[str]) -> int | None:

@@ -510,12 +510,18 @@ class Walker:
             f.variant = p.name
         elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
             f.kind, f.variant = kind, p.name
+        elif p.kind == "kv_slot" and f.kind == "decode_failed" and f.ret is None:
+            # a line naming the missing memory slot (`failed to find a memory slot`) says why the batch before it
+            # could not be placed (a split that failed): decode's ret = 1, the KV room's, not a position error
+            f.kind, f.variant = kind, p.name
         f.stage = max(f.stage, stage)
         if ret is not None and (f.ret is None or f.ret == 0):
             f.ret = ret
         if f.seq_id is None and g.get("seq") is not None:
             f.seq_id = int(g["seq"])
         side = p.component if p.component != "unknown" else caller_side(line[: m.start()])
+        if side == "unknown" and g.get("cond"):
+            side = side_of(g["cond"])  # an assert whose condition or message names the draft side (MTP's head)
         if side != "unknown" and f.component == "unknown":
             f.component, f.evidence, f.evidence_line = side, message(line), no
         f.add_line(no, line)
