@@ -124,7 +124,8 @@ def test_the_servers_defaults_read_healthy(matrix: Matrix, name: str) -> None:
     notices = result.events[result.events["kind"] == "startup_notice"]
     if name.startswith("draft-dflash"):
         # memory fitting cannot create the DFlash drafter without its target, and llama.cpp says that is normal
-        assert len(notices) >= 1 and notices["pattern"].eq("init_context_failed").any(), notices
+        # (the line is read by its most specific entry, the drafter's `ctx_other_required`)
+        assert len(notices) >= 1 and notices["pattern"].eq("ctx_other_required").any(), notices
     _, tuned, _ = matrix.get(TUNED[name])
     assert compare(tuned, result).verdict == "unchanged"
     counts = batches_per_sequence(result)
