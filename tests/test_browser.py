@@ -61,6 +61,19 @@ def _wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - playwr
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout_ms)
 
 
+def upload_and_wait(browser, server: str, files: list[Path], width: int = 1400, height: int = 1250):  # noqa: ANN001, ANN201
+    """A new page on the dashboard with `files` uploaded, once its first chart is drawn and it is idle, with no
+    exception on it: the opening every upload test shares."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(server, wait_until="domcontentloaded")
+    _wait_idle(page)
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(f) for f in files])
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
+    _wait_idle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    return page
+
+
 def _legend(page) -> list[str]:  # noqa: ANN001
     """Legend entries of the first chart (SVG text, so textContent rather than innerText)."""
     chart = page.locator("[data-testid='stPlotlyChart']").first

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, _wait_idle, server  # noqa: F401
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, server, upload_and_wait  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FOURSLOTS = ROOT / "tests" / "fixtures" / "scenarios" / "draft-simple-4slots.log.gz"
@@ -27,13 +27,7 @@ def test_the_three_acceptance_views_are_drawn(server: str) -> None:  # noqa: F81
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1250})
-            page.goto(server, wait_until="domcontentloaded")
-            _wait_idle(page)
-            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(FOURSLOTS)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-            _wait_idle(page)
-            assert page.locator("[data-testid='stException']").count() == 0
+            page = upload_and_wait(browser, server, [FOURSLOTS])
             heading = page.get_by_role("heading", name="Acceptance", exact=True)
             heading.scroll_into_view_if_needed()
             for title in TITLES:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.analyze.test_newer_upstream import with_trims
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, _wait_idle, server  # noqa: F401
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, server, upload_and_wait  # noqa: F401
 from tests.test_browser_healthy import _metric
 
 pytestmark = [
@@ -26,13 +26,7 @@ def test_the_healthy_headline_counts_the_trims(server: str, tmp_path: Path) -> N
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1250})
-            page.goto(server, wait_until="domcontentloaded")
-            _wait_idle(page)
-            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-            _wait_idle(page)
-            assert page.locator("[data-testid='stException']").count() == 0
+            page = upload_and_wait(browser, server, [Path(path)])
             heading = page.get_by_role("heading", name="Healthy, drafter memory trimmed 3 times", exact=True)
             assert heading.count() == 1
             assert page.get_by_role("heading", name="Healthy", exact=True).count() == 0
