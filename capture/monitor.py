@@ -28,7 +28,10 @@ from capture.process import die_with_parent
 from capture.sink import write_all
 
 _CLEAR = b"\r\x1b[K"
-TRIAGE_WINDOW = 4 << 20  # the triage reads at most this much log before the error
+# The triage reads at most this much log before the error: enough for both contexts' batches and cache sizes
+# (a real capture's 1 MB holds hundreds of cycles), and a parse of 0.07 CPU s, so that the TRIAGE line comes
+# within a second or so even at a sixth of a core (4 MB took 0.2 s, 1 s of wall there)
+TRIAGE_WINDOW = 1 << 20
 # at the end, the live parse may finish only when this little is left: a burst it fell far behind on is not
 # waited for (the wrapper returns as soon as the program is done; the summary says how much was covered)
 CATCH_UP_BYTES = 4 << 20
@@ -133,6 +136,7 @@ ERROR_MARKERS = (b"inconsistent sequence positions", b"failed to decode", b"fail
                  b"decode: failed", b"GGML_ASSERT")
 _BLOCK_BYTES = 16384  # what follows a hit before its triage (the rest of the error block), or _BLOCK_WAIT_S
 _BLOCK_WAIT_S = 0.3
+WARM_AFTER_S = 1.0
 
 
 class ErrorScan:
@@ -213,7 +217,11 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
 
     parser = LiveParser()
     share = CpuShare(CPU_SHARE)
-    warm = False  # the triage's first parse imports the rest of the reader (pandas: 0.6 s of CPU)
+    # The triage's first parse imports the rest of the reader (pandas: 0.5 s of CPU, 3 s or more of wall at a
+    # loaded machine's share), so it is loaded before an error waits: when the parse first catches up, or
+    # WARM_AFTER_S after the start when it never does (the status line comes first either way)
+    warm = False
+    started = time.monotonic()
     control = select.poll()
     control.register(0, select.POLLIN | select.POLLHUP)
     pending = b""
@@ -282,7 +290,7 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
                 pending = pending.rsplit(b"\n", 1)[-1]
             if end is not None and offset >= end:
                 break
-            if not data and not warm:  # caught up: load what the triage needs now, not when an error waits
+            if not warm and (not data or time.monotonic() - started >= WARM_AFTER_S):
                 warm = True
                 with contextlib.suppress(Exception):
                     triage_text(b"", raw_path.name)
