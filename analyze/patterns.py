@@ -635,6 +635,15 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: a table's header (tests/fixtures/blind/batch-3, report 19) and a row's label (report 25)
        examples=("Model | n_draft | n_predict | n_drafted | n_accept | accept ratio | 1st time | 2nd time",
                  "| n_drafted master |      0 |     151 |     254 |     450 |")),
+    # a Markdown table whose column (or row) names the draft acceptance itself: `| acceptance |`, `| accepted
+    # length |`, `| accept rate |`, `| mean acceptance length |` (its cells are the report's figures, not counted)
+    _p("table_acceptance", "event", "ccept",
+       r"(?i)(?:^|\|)\s*(?:mean\s+)?(?:draft\s+)?accept(?:ance|ed)?(?:\s+(?:length|len|rate|ratio))?(?:\s*\([^)|]*\))?"
+       r"\s*\|", kind="draft_stats", builds="reports' tables of speculative runs",
+       # examples: headers of tests/fixtures/blind/batch-5 report 24 and batch-6 report 17, and a row's label
+       examples=("|          | base t/s | DFlash t/s | speedup | acceptance     |",
+                 "| temp | accepted length | throughput |",
+                 "| Mean acceptance length (tokens) | 2.91 | 3.10 |")),
     _p("json_draft_n", "event", '"draft_n"',
        r'"draft_n"\s*:\s*(?P<generated>\d+)(?:,\s*"draft_n_accepted"\s*:\s*(?P<accepted>\d+))?', kind="draft_stats",
        builds="server responses (timings)",

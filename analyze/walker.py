@@ -263,7 +263,7 @@ class Walker:
         """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
         (joined to the line before it and read again), else a failure told in words the table does not know
         (analyze/concepts.py). A draft acceptance told in prose is kept as an event (`prose_acceptance`)."""
-        if "accept" in line and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
+        if ("accept" in line or "draft" in line) and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
             t, _ = self._time(line)
             self.events.append(Event(no, t, PROSE_ACCEPTANCE, "unknown", None, None,
                                      json.dumps({"text": pa.group(0)}, ensure_ascii=False), PROSE_ACCEPTANCE))
@@ -782,7 +782,9 @@ _PREFIX_AT_START = LLAMA_PREFIX.match
 # log's own counts (they never enter the acceptance figures)
 PROSE_ACCEPTANCE_WORDS = re.compile(
     r"(?:draft accept(?:ance|ed)(?: rate)?|accept(?:ance)? rate)\W{0,3}(?:[a-z]+\W{1,3}){0,3}[~\u2248]?\s*"
-    r"(?:0?\.\d+|\d{1,3}(?:\.\d+)?\s?%)", re.IGNORECASE)  # up to three words before the figure: `is very low, ~0.5`
+    r"(?:0?\.\d+|\d{1,3}(?:\.\d+)?\s?%)"  # up to three words before the figure: `is very low, ~0.5`
+    # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`
+    r"|\b\d+\s?/\s?\d+ draft(?:ed)? tokens", re.IGNORECASE)
 _DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
 _DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex

@@ -29,9 +29,9 @@ SAME_BUG = (
 )
 
 
-# The last batch is the independent measurement: scored blind and not tuned for (benchmarks/README.md), so it is
-# held at its blind figures (field, kind right, named), not at the bars the batches with an after round clear.
-UNTUNED = {"batch-6": (0.934, 18, 13)}
+# A batch scored blind and not yet tuned for (benchmarks/README.md) is held at its blind figures (field, kind
+# right, named), not at the bars the batches with an after round clear.
+UNTUNED = {"batch-7": (0.891, 14, 8)}
 
 
 @pytest.mark.parametrize("batch", [b for b in BATCHES if b.name in UNTUNED], ids=lambda p: p.name)

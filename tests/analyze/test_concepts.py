@@ -127,6 +127,7 @@ def test_a_failure_right_after_a_line_with_a_re_wrap_cue_is_still_read() -> None
     "with speculative decoding on, draft acceptance is very low, ~0.5.",
     "`draft acceptance` 0.41-0.65 at n_max 3, 0.29-0.43 at n_max 5",
     "the acceptance rate dropped to 45% after the update",
+    "llama-server generates less drafted tokens: we only see 154/156 drafted tokens in",  # llama.cpp's count
 ])
 def test_acceptance_in_prose_beside_healthy_lines_is_a_healthy_run(prose: str) -> None:
     healthy = "0.31.295.972 I srv  llama_server: listening on http://127.0.0.1:8081\n"

@@ -156,6 +156,26 @@ def test_a_table_of_n_drafted_and_n_accept_is_draft_statistics(table: str) -> No
     assert analyze.parse(table.encode()).verdict.kind == "draft_stats_only"
 
 
+@pytest.mark.parametrize("table", [
+    "|          | base t/s | DFlash t/s | speedup | acceptance     |\n|---|---|---|---|---|\n"
+    "| ik_llama | 4.05     | 10.80      | 2.67x   | ~62% (273/436) |\n",
+    "| temp | accepted length | throughput |\n|---|---|---|\n| 0.1 | +1.93% | +4.21% |\n",
+    "| Accept rate | 0.61 | 0.58 |\n",
+])
+def test_a_table_whose_column_is_the_acceptance_is_draft_statistics(table: str) -> None:
+    v = analyze.parse(table.encode()).verdict
+    assert v.kind == "draft_stats_only"
+    assert not v.acceptance  # the report's cells are never the log's counts
+
+
+@pytest.mark.parametrize("text", [
+    "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
+    "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence
+])
+def test_a_table_or_prose_that_only_mentions_acceptance_is_no_log(text: str) -> None:
+    assert analyze.parse(text.encode()).verdict.kind == "no_log"
+
+
 @pytest.mark.parametrize("text", [
     "./bin/llama-speculative -m big.gguf -md small.gguf --draft-max 8 -np 4 -fa\n",
     "I can reproduce it with:\n./llama-speculative \\\n    -m big.gguf \\\n    -md small.gguf \\\n"
