@@ -169,6 +169,21 @@ def test_a_table_whose_column_is_the_acceptance_is_draft_statistics(table: str) 
 
 
 @pytest.mark.parametrize("text", [
+    # ik_llama.cpp's per-position acceptance, its statistics line quoted inline and the figures on their own
+    "my `ngram_mod` output: `statistics ngram_mod(tail), blocked = 2/64, pos_accept=[87%,78%,68%,67%,58%]`.\n",
+    "the token acceptance rate for MTP is: `pos_accept=[91%,76%,63%,53%]`\n",
+    # a fork's adaptive draft-max, the depth it chose from the acceptance it saw
+    "0.16.956.807 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0\n"
+    "0.19.967.115 I slot apply_adapti: id  0 | task 0 | adaptive draft-max profit: 0 -> 15 (score=22.65)\n",
+    "0.17.959.806 I slot print_timing: id  0 | task 8 | adaptive dm: fringe=0.00 n_max=15\n",
+])
+def test_per_position_acceptance_and_adaptive_draft_depth_are_draft_statistics(text: str) -> None:
+    v = analyze.parse(text.encode()).verdict
+    assert v.kind == "draft_stats_only"
+    assert not v.acceptance.get("generated")  # no drafted-token counts in these lines
+
+
+@pytest.mark.parametrize("text", [
     "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
     "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence
 ])
