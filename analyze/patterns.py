@@ -883,6 +883,13 @@ PATTERNS: tuple[Pattern, ...] = (
                  # examples: b11434's synthetic acceptance, as a command line in a report gives it
                  "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
     # ---- anything else llama.cpp prints, to tell a log from prose
+    # llama-server's timings on lines of their own (print_timing's message after its line break, 2024-25 builds),
+    # bare or inside a runtime's logfmt (`msg="prompt eval time = ..." component=llama.cpp`)
+    _p("timings", "generic", " time =",
+       r"(?:^|[\s\"'])(?:prompt eval|eval|total) time =\s*[\d.]+ ms /\s*\d+ (?:tokens|runs)",
+       examples=("prompt eval time =    3616.15 ms /   455 tokens (    7.95 ms per token,   125.82 tokens per second)",
+                 'time="2025-10-27T18:41:57Z" level=info msg="       eval time =  300258.64 ms /  1483 tokens '
+                 '(  202.47 ms per token,     4.94 tokens per second)" component=llama.cpp')),
     _p("generic", "generic", ":",
        r"(?:^|\s|\])(?:llama_model_loader|load_tensors|print_info|llama_context|llama_kv_cache\w*|llama_model_load\w*|"
        r"ggml_\w+|srv\s+\w+|slot\s+\w+|main|system_info|llama_print_timings|load_backend|common_\w+|"

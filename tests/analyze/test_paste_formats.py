@@ -212,3 +212,16 @@ def test_an_error_quoted_before_the_log_takes_the_side_the_log_gives_it() -> Non
     v = analyze.parse(text.encode()).verdict
     assert (v.kind, v.component) == ("other", "drafter")
     assert "failed to load draft model" in next(e["text"] for e in v.evidence if e["line"] == v.component_evidence)
+
+
+@pytest.mark.parametrize("text", [
+    "prompt eval time =    3616.15 ms /   455 tokens (    7.95 ms per token,   125.82 tokens per second)\n"
+    "       eval time =   10210.28 ms /   512 tokens (   19.94 ms per token,    50.15 tokens per second)\n",
+    'time="2025-10-27T18:41:57Z" level=info msg="prompt eval time =    1630.37 ms /    43 tokens (   37.92 ms per '
+    'token,    26.37 tokens per second)" component=llama.cpp\n'
+    'time="2025-10-27T18:41:57Z" level=info msg="      total time =  301889.01 ms /  1526 tokens" component=llama.cpp\n',
+])
+def test_llama_server_timings_on_their_own_lines_are_a_llama_cpp_log(text: str) -> None:
+    """print_timing's message on a line of its own, bare or in a runtime's logfmt: a healthy log, not `no_log`."""
+    assert analyze.parse(text.encode()).verdict.kind == "other"
+    assert analyze.parse(b"the total time = 5 s and the eval time was fine\n").verdict.kind == "no_log"
