@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from analyze.normalize import parse_prefix
+
 CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recognised
 _S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`
 _B = r"(?:^|[^a-z])"  # a word starts here (no look-behind: the table's rule, so RE2/Rust engines run them too)
@@ -97,6 +99,9 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}llama{_S}decode\w*\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
        rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
        rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?\d{{1,3}}{_E})",
+       # llama_decode's return told by its variable alone, in prose or a wrapper's debug line: `That returned ret
+       # == 1.`, `ret = -1` (llama.cpp's own lines name it `ret` too); 0 is a decode that worked
+       rf"{_B}(?:returned\s+)?ret\s*==?\s*(?P<ret5>-?[1-9]\d{{0,2}})(?:$|[\s),;:'\"\]]|\.(?!\d))",
        examples=("LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'Error'",
                  "Decode Error 1",
                  "DecodeError(-1)",
@@ -104,13 +109,16 @@ CONCEPTS: tuple[Concept, ...] = (
                  "decode_failed: ret = -3",
                  "Error: failed to decode prompt",
                  "llama_decode: ret = -3",
-                 "Error: Eval has failed"),
+                 "Error: Eval has failed",
+                 "That returned ret == 1.",
+                 "[DEBUGGING]: test ret == -3 512 and 1"),
        not_examples=("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
                      "coherent output, no `decode failed -1` / abort",
                      "it ran for an hour without decode failed errors",
                      "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
                      "speculative decoding makes decode about twice as fast",
-                     "prompt eval time =     150.06 ms /    24 tokens")),
+                     "prompt eval time =     150.06 ms /    24 tokens",
+                     "[DEBUGGING]: test ret == 0 512 and 1", "ret = 10.5 ms on average")),
     _c("assert", "assert",
        r"GGML_ASSERT",
        rf"{_B}assert(?:ion)?{_S}(?:failed|failure|error)",
@@ -148,6 +156,14 @@ CONCEPTS: tuple[Concept, ...] = (
        r"^\s*goroutine \d+ (?:gp=\S+ m=\S+ (?:mp=\S+ )?)?\[[^\]]+\]:|^\s*created by \S+ in goroutine \d+",
        r"signal arrived during (?:cgo|external code) execution",
        r"^\s*(?:rax|rip|eax|eip)\s+0x[0-9a-f]+\s*$",
+       # a Go frame's location with the frame and stack pointers, which Go prints only in a crash's traceback
+       # (`runtime/asm_amd64.s:1700 +0x1 fp=0xc00008f7e8 sp=... pc=...`, `net/fd_posix.go:55 +0x25 fp=...`)
+       r"\.(?:go|s):\d+ \+0x[0-9a-f]+ fp=0x[0-9a-f]+ sp=0x[0-9a-f]+ pc=0x[0-9a-f]+",
+       # gdb detaching after the backtrace ggml_print_backtrace asked it for: only a crash runs it
+       r"^\W*\[Inferior \d+ \(process \d+\) detached\]",
+       # a wrapper saying the process it ran exited with an error code (Node's child_process wording; ollama's
+       # `exit status 2` and LM Studio's `(Exit code: N)` are above)
+       r"\bprocess exited with (?:exit )?code:? -?[1-9]\d*",
        r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
        examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
                  "Thread 1 received signal SIGSEGV, Segmentation fault.",
@@ -161,6 +177,10 @@ CONCEPTS: tuple[Concept, ...] = (
                  "created by net/http.(*connReader).startBackgroundRead in goroutine 48",
                  "signal arrived during cgo execution",
                  "rax    0x0",
+                 "        runtime/asm_amd64.s:1700 +0x1 fp=0xc00008f7e8 sp=0xc00008f7e0 pc=0x56be7cad5561",
+                 "        net/fd_posix.go:55 +0x25 fp=0xc00029faa8 sp=0xc00029fa60 pc=0x64c824a077a5",
+                 "[Inferior 1 (process 894291) detached]",
+                 "Process exited with code 1",
                  "The model has crashed without additional information. (Exit code: 18446744072635812000)",
                  "Error: llama runner process no longer running: -1 ",
                  "2023/12/24 23:48:35 llama.go:459: error starting llama runner: llama runner process has terminated",
@@ -170,15 +190,21 @@ CONCEPTS: tuple[Concept, ...] = (
                  "llama-server process has terminated: llama_init_from_model: failed to initialize the context"),
        not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it",
                      "it ran all night without a segmentation fault",
-                     "each request runs in its own goroutine", "rax holds the return value")),
+                     "each request runs in its own goroutine", "rax holds the return value",
+                     "        main.go:12 +0x1d", "Process exited with code 0")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
        r"VK_ERROR_DEVICE_LOST|DXGI_ERROR_DEVICE_(?:REMOVED|HUNG|RESET)",
        r"GPU (?:hang|fault|has fallen off the bus)|fallen off the bus",
+       # a GPU driver's dump of a hung batch: Mesa's Intel drivers list the batch and its buffer objects
+       r"^\s*Batch offset=0x[0-9a-f]+ len=0x[0-9a-f]+ on queue \d+",
+       r"^\s*BO: addr=0x[0-9a-f]+-0x[0-9a-f]+ size=",
        examples=("ggml_vulkan: vk::Queue::submit: ErrorDeviceLost",
                  "VK_ERROR_DEVICE_LOST",
                  "Error: device lost",
-                 "NVRM: Xid 79, GPU has fallen off the bus."),
+                 "NVRM: Xid 79, GPU has fallen off the bus.",
+                 "Batch offset=0x0 len=0x0 on queue 0 (aperture: 373.2Mb, 0.0Mb VRAM only)",
+                 "   BO: addr=0xffffeffeffffe000-0xffffeffeffffffff size=      8KB handle=00008 capture=1"),
        not_examples=("Is there a device list option?",)),
     _c("out_of_memory", "error",
        rf"out{_S}of{_S}(?:device{_S}|gpu{_S}|video{_S}|host{_S}|system{_S})?memory",  # inside CamelCase names too
@@ -246,7 +272,8 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "cannot", "can't", "couldn't", "nokv", "no kv", "no_kv", "returned", "ret =", "ret=", "unhandled",
          "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
          "not enough", "killed", "panicked", "no longer running", "vk_error", "ur_result", "bus error",
-         "floating point", "goroutine", "rax ", "rip ", "eax ", "eip ")
+         "floating point", "goroutine", "rax ", "rip ", "eax ", "eip ", " fp=0x", "inferior", "exited with",
+         "batch offset=", "bo: addr=")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
@@ -267,6 +294,13 @@ def recognise(line: str) -> tuple[Concept, re.Match[str]] | None:
     low = line.lower()
     if not any(c in low for c in _CUES):
         return None
+    found = _named(line)
+    if found is None and (start := parse_prefix(line).start) > 0:
+        found = _named(line[start:])  # the wordings that start a line, behind a journald or docker prefix
+    return found
+
+
+def _named(line: str) -> tuple[Concept, re.Match[str]] | None:
     for concept in CONCEPTS:
         m = concept.regex.search(line)
         if m is not None and _NEGATED.search(line, 0, m.start()) is None:

@@ -17,10 +17,11 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Outer prefixes that wrap a llama.cpp line, tried in order until none matches (they can stack:
 # `service  | 2026-02-27 15:14:00 [pid] 0.01.002.003 E init: ...`).
+# journald's month is in the machine's locale (`Dec 31`, Italian `mar 15`).
 _OUTER = re.compile(
     r"(?P<quote>(?:>\s?)+)"
     r"|(?P<fence>`+)"
-    r"|(?P<journal_mon>[A-Z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
+    r"|(?P<journal_mon>[A-Za-z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
     r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
     r"(?:\S+ [\w.@-]+\[\d+\]: )?"  # journalctl -o short-iso: the host and unit[pid] after the date
     r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
@@ -116,7 +117,7 @@ def parse_prefix(line: str) -> Prefix:
             out.t, out.absolute = float(m.group("epoch")), True
         elif m.group("journal_mon"):
             h, mi, s = (int(x) for x in m.group("journal_hms").split(":"))
-            day = int(m.group("journal_day")) + 31 * (_MONTHS.get(m.group("journal_mon"), 1) - 1)
+            day = int(m.group("journal_day")) + 31 * (_MONTHS.get(m.group("journal_mon").title(), 1) - 1)
             out.t, out.absolute = float(((day * 24 + h) * 60 + mi) * 60 + s), True
         pos = m.end()
     m = LLAMA_PREFIX.match(line, pos)
@@ -135,7 +136,7 @@ def parse_prefix(line: str) -> Prefix:
 
 
 # journalctl's own prefix (short and short-iso): its lines are cut at the terminal width and end in `>`
-_JOURNAL = re.compile(r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ [\w.@-]+\[\d+\]: ")
+_JOURNAL = re.compile(r"(?:[A-Za-z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ [\w.@-]+\[\d+\]: ")
 _CUT_WORD = re.compile(r"\S*>$")
 
 

@@ -626,6 +626,20 @@ PATTERNS: tuple[Pattern, ...] = (
                  "2.10.130.010 I statistics           dflash: #calls(b,g,a) =    1    412    412, #gen drafts =    412, #acc drafts =   301, #gen tokens =   6180, #acc tokens =  1020, dur(b,g,a) = 0.052, 33012.441, 1.234 ms")),
     _p("acc_per_pos", "event", "acc per pos", r"acc per pos = \((?P<acc_per_pos>[^)]*)\)", kind="draft_stats",
        examples=("0.01.172.204 I slot print_timing: id  0 | task 0 |      acc per pos = (0.294, 0.000, 0.000)",)),
+    # ik_llama.cpp's per-position acceptance (its `statistics` line, quoted inline in reports): the same figures
+    # as mainline's `acc per pos` and `#acc rate/pos`
+    _p("pos_accept", "event", "pos_accept", r"pos_accept\s*=\s*\[(?P<acc_per_pos>\s*\d[^\]]*)\]?", kind="draft_stats",
+       builds="ik_llama.cpp (dual speculation)",
+       examples=("statistics ngram_mod(tail), blocked = 2/64, pos_accept=[87%,78%,68%,67%,58%,57%,49%,41%,...]",
+                 "the token acceptance rate for MTP is: `pos_accept=[91%,76%,63%,53%]`")),
+    # forks' adaptive draft-max: the draft depth the server chose from the acceptance it saw (beellama's `adaptive
+    # dm:` lines, log-format notes §4 S-20, and v0.4.0's `adaptive draft-max profit`)
+    _p("adaptive_draft_max", "event", "adaptive d",
+       r"adaptive (?:dm|draft-max)(?: profit)?:\s*(?:(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)|fringe=|reset state)",
+       kind="draft_stats", builds="beellama.cpp",
+       examples=("0.19.967.115 I slot apply_adapti: id  0 | task 0 | adaptive draft-max profit: 0 -> 15 (score=22.65)",
+                 "0.17.959.806 I slot print_timing: id  0 | task 8 | adaptive dm: fringe=0.00 n_max=15",
+                 "adaptive dm: fringe=0.41 (win=32, rch 20, acc 13) n_max=8->6")),
     _p("cli_drafted", "event", "n_drafted", r"^\s*n_drafted\s*=\s*(?P<generated>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_drafted = 132",)),
@@ -869,6 +883,13 @@ PATTERNS: tuple[Pattern, ...] = (
                  # examples: b11434's synthetic acceptance, as a command line in a report gives it
                  "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
     # ---- anything else llama.cpp prints, to tell a log from prose
+    # llama-server's timings on lines of their own (print_timing's message after its line break, 2024-25 builds),
+    # bare or inside a runtime's logfmt (`msg="prompt eval time = ..." component=llama.cpp`)
+    _p("timings", "generic", " time =",
+       r"(?:^|[\s\"'])(?:prompt eval|eval|total) time =\s*[\d.]+ ms /\s*\d+ (?:tokens|runs)",
+       examples=("prompt eval time =    3616.15 ms /   455 tokens (    7.95 ms per token,   125.82 tokens per second)",
+                 'time="2025-10-27T18:41:57Z" level=info msg="       eval time =  300258.64 ms /  1483 tokens '
+                 '(  202.47 ms per token,     4.94 tokens per second)" component=llama.cpp')),
     _p("generic", "generic", ":",
        r"(?:^|\s|\])(?:llama_model_loader|load_tensors|print_info|llama_context|llama_kv_cache\w*|llama_model_load\w*|"
        r"ggml_\w+|srv\s+\w+|slot\s+\w+|main|system_info|llama_print_timings|load_backend|common_\w+|"

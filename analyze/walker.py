@@ -753,9 +753,11 @@ def _first(line: str) -> tuple[Pattern, re.Match[str]] | None:
 
 def _needs_walker(line: str) -> bool:
     """Whether a line no entry reads but the generic one means something to the walker: a re-wrapped line's
-    possible start (`_unknown`), or a failure the concept layer reads. Decided by its text alone, digits aside,
-    so every line with the same masked text gets the same answer."""
-    return (len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None) or recognise(line) is not None
+    possible start (`_unknown`), a failure the concept layer reads, or a draft acceptance told in prose (kept
+    as an event every time it comes). Decided by its text alone, digits aside, so every line with the same
+    masked text gets the same answer."""
+    return ((len(line) <= WRAP_WIDTH and WRAP_CUE.search(line) is not None) or recognise(line) is not None
+            or (("accept" in line or "draft" in line) and PROSE_ACCEPTANCE_WORDS.search(line) is not None))
 
 
 def _digit_sensitive(p: Pattern) -> bool:

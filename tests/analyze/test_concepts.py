@@ -68,6 +68,10 @@ def test_the_table_reads_these_lines_first() -> None:
     ("Error: llama runner process has terminated: signal: illegal instruction (core dumped)\n", "other", "crash_signal"),
     ("vk::DeviceLost\nError: device lost\n", "other", "device_lost"),
     ("ValueError: Failed to load model from file: models/7B/ggml-model-q4_0.gguf\n", "other", "load_failed"),
+    ("That returned ret == 1.\n", "kv_slot", "decode_failed"),  # the return code by its variable alone
+    ("error: invalid argument: --draft-model\nProcess exited with code 1\n", "other", "crash_signal"),
+    ("Batch offset=0x0 len=0x0 on queue 0 (aperture: 373.2Mb, 0.0Mb VRAM only)\n"
+     "   BO: addr=0xffffeffeffffe000-0xffffeffeffffffff size=      8KB handle=00008 capture=1\n", "other", "device_lost"),
 ])
 def test_a_wrapper_s_wording_gives_its_family_at_low_confidence(text: str, kind: str, variant: str) -> None:
     r = analyze.parse(text.encode())
@@ -105,6 +109,42 @@ def test_a_backtrace_pasted_alone_is_a_crash() -> None:
     assert crash_frame("ggml_abort") and not crash_frame("llama_decode")
 
 
+@pytest.mark.parametrize("prefix", ["Dec 31 01:55:57 FORGE ollama[555324]: ", "mar 15 11:39:07 acquario3 ollama[87551]: ",
+                                    "ollama  | "])
+def test_a_go_crash_dump_behind_a_journald_or_docker_prefix_is_a_crash(prefix: str) -> None:
+    """The frames and registers of a Go crash dump (no panic line), each behind the prefix journald (in the
+    machine's locale) or docker-compose put in front of it: the target's crash, not `no_log`."""
+    dump = ["net.(*netFD).Read(0xc000619900, {0xc00035f000?, 0xc00029fad0?, 0x64c8249923c5?})",
+            "        net/fd_posix.go:55 +0x25 fp=0xc00029faa8 sp=0xc00029fa60 pc=0x64c824a077a5",
+            "created by github.com/ollama/ollama/llama/runner.Execute in goroutine 1",
+            "rax    0x0", "rip    0x77f67e49eb1c"]
+    r = analyze.parse("".join(prefix + line + "\n" for line in dump).encode())
+    assert r.verdict.kind == "other" and r.verdict.component == "target"
+    assert set(r.errors["variant"]) == {CONCEPT_PREFIX + "crash_signal"}
+    assert recognise(prefix + "each request runs in its own goroutine") is None
+
+
+def test_gdb_frames_that_end_in_its_detach_are_a_crash_of_the_target() -> None:
+    """ggml_print_backtrace runs gdb only when the process is going down: frames through llama_decode and gdb's
+    `[Inferior 1 (process N) detached]` are a crash, though no frame is a crash handler's."""
+    text = ("#9  0x0000713f9c2be6df in llama_decode () from /opt/llama.cpp/build/bin/libllama.so.0\n"
+            "#10 0x0000713f9c7fe13f in common_init_from_params(common_params&) () from libllama-common.so.0\n"
+            "#11 0x0000585388c79258 in server_context_impl::load_model(common_params&) ()\n"
+            "#12 0x0000585388bd342a in main ()\n"
+            "[Inferior 1 (process 364811) detached]\n")
+    r = analyze.parse(text.encode())
+    assert r.verdict.kind == "other" and r.verdict.component == "target"
+    assert r.errors["variant"].tolist() == [CONCEPT_PREFIX + "crash_signal"]
+
+
+@pytest.mark.parametrize("text", [
+    "[DEBUGGING]: test ret == 0 512 and 1\n[DEBUGGING]: test ret == 0 1 and 1346\n",  # decodes that worked
+    "The server logged: Process exited with code 0\n",
+])
+def test_a_zero_return_or_exit_code_is_no_failure(text: str) -> None:
+    assert analyze.parse(text.encode()).verdict.kind == "no_log"
+
+
 def test_the_same_line_again_is_read_again_with_the_accelerator() -> None:
     """The C accelerator remembers unread lines by their masked text; a line the layer read must still come
     back to the walker the next time it appears (after a healthy stretch closed its failure)."""
@@ -112,6 +152,16 @@ def test_the_same_line_again_is_read_again_with_the_accelerator() -> None:
     filler = "".join(f"0.00.{i % 60:02d}.000.000 I srv  update_slots: all slots are idle\n" for i in range(40))
     r = analyze.parse((line + filler + line).encode())
     assert len(r.errors) == 2
+
+
+def test_an_acceptance_in_prose_is_read_again_with_the_accelerator() -> None:
+    """A prose acceptance is an event and no failure: the accelerator must still hand its line back to the
+    walker the next time the same words come (in the same log or the next one)."""
+    text = b"llama-server -m big.gguf -md small.gguf\nwe got a draft acceptance of 0.42 here\n"
+    for _ in range(2):
+        r = analyze.parse(text)
+        assert r.events.kind.tolist() == ["prose_acceptance"]
+        assert r.verdict.kind == "draft_stats_only"
 
 
 def test_a_failure_right_after_a_line_with_a_re_wrap_cue_is_still_read() -> None:
@@ -136,6 +186,20 @@ def test_acceptance_in_prose_beside_healthy_lines_is_a_healthy_run(prose: str) -
     assert not r.verdict.acceptance  # the reporter's figures never become the log's counts
     assert analyze.parse((prose + "\n").encode()).verdict.kind == "no_log"  # prose alone has no log
     assert analyze.parse(healthy.encode()).verdict.kind == "other"
+
+
+@pytest.mark.parametrize("command", [
+    "llama-server.exe -m Qwen3-4B-Q4_K_M.gguf -md Qwen3-0.6B-Q8_0.gguf --spec-type draft-simple --port 8085",
+    "./build/bin/llama-server --model target.gguf --spec-type draft-mtp --spec-draft-n-max 3",
+])
+def test_acceptance_in_prose_beside_the_speculative_command_that_was_run_is_a_healthy_run(command: str) -> None:
+    prose = "At n_max 64 this yields draft acceptance **0.070** (96 accepted / 1378 generated)"
+    r = analyze.parse((command + "\n" + prose + "\n").encode())
+    assert r.verdict.kind == "draft_stats_only"
+    assert not r.verdict.acceptance  # still the reporter's figures
+    assert analyze.parse((command + "\n").encode()).verdict.kind == "no_log"  # a command line alone is no log
+    plain = "llama-server -m Qwen3-4B-Q4_K_M.gguf --port 8085"
+    assert analyze.parse((plain + "\n" + prose + "\n").encode()).verdict.kind == "no_log"  # no speculative run
 
 
 def test_a_normal_marked_failure_quoted_as_why_the_server_died_stays_a_failure() -> None:

@@ -21,6 +21,7 @@ ERROR = "init: the tokens of sequence 0 in the input batch have inconsistent seq
         ("[1707364943] update_slots : failed to find free space in the KV cache", 1707364943.0, None),
         ("llama.cpp-gpu  | update_slots : failed to decode the batch, n_batch = 1, ret = 1", None, None),
         ("Nov 30 09:12:01 gpu-box llama-server[4242]: 0.00.100.000 W dflash: x", 0.1, "W"),
+        ("mar 15 11:39:07 acquario3 ollama[87551]: net/http.(*conn).serve(0x1)", 6694747.0, None),  # Italian locale
         ("> `0.01.002.003 E decode: failed to initialize batch`", 1.002003, "E"),
         ("[8080] srv  load_model: loading model", None, None),
         ("[2026-02-27 15:14:00.250] [info] " + ERROR, 1772205240.25, None),

@@ -169,6 +169,21 @@ def test_a_table_whose_column_is_the_acceptance_is_draft_statistics(table: str) 
 
 
 @pytest.mark.parametrize("text", [
+    # ik_llama.cpp's per-position acceptance, its statistics line quoted inline and the figures on their own
+    "my `ngram_mod` output: `statistics ngram_mod(tail), blocked = 2/64, pos_accept=[87%,78%,68%,67%,58%]`.\n",
+    "the token acceptance rate for MTP is: `pos_accept=[91%,76%,63%,53%]`\n",
+    # a fork's adaptive draft-max, the depth it chose from the acceptance it saw
+    "0.16.956.807 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0\n"
+    "0.19.967.115 I slot apply_adapti: id  0 | task 0 | adaptive draft-max profit: 0 -> 15 (score=22.65)\n",
+    "0.17.959.806 I slot print_timing: id  0 | task 8 | adaptive dm: fringe=0.00 n_max=15\n",
+])
+def test_per_position_acceptance_and_adaptive_draft_depth_are_draft_statistics(text: str) -> None:
+    v = analyze.parse(text.encode()).verdict
+    assert v.kind == "draft_stats_only"
+    assert not v.acceptance.get("generated")  # no drafted-token counts in these lines
+
+
+@pytest.mark.parametrize("text", [
     "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
     "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence
 ])
@@ -197,3 +212,16 @@ def test_an_error_quoted_before_the_log_takes_the_side_the_log_gives_it() -> Non
     v = analyze.parse(text.encode()).verdict
     assert (v.kind, v.component) == ("other", "drafter")
     assert "failed to load draft model" in next(e["text"] for e in v.evidence if e["line"] == v.component_evidence)
+
+
+@pytest.mark.parametrize("text", [
+    "prompt eval time =    3616.15 ms /   455 tokens (    7.95 ms per token,   125.82 tokens per second)\n"
+    "       eval time =   10210.28 ms /   512 tokens (   19.94 ms per token,    50.15 tokens per second)\n",
+    'time="2025-10-27T18:41:57Z" level=info msg="prompt eval time =    1630.37 ms /    43 tokens (   37.92 ms per '
+    'token,    26.37 tokens per second)" component=llama.cpp\n'
+    'time="2025-10-27T18:41:57Z" level=info msg="      total time =  301889.01 ms /  1526 tokens" component=llama.cpp\n',
+])
+def test_llama_server_timings_on_their_own_lines_are_a_llama_cpp_log(text: str) -> None:
+    """print_timing's message on a line of its own, bare or in a runtime's logfmt: a healthy log, not `no_log`."""
+    assert analyze.parse(text.encode()).verdict.kind == "other"
+    assert analyze.parse(b"the total time = 5 s and the eval time was fine\n").verdict.kind == "no_log"
