@@ -236,6 +236,15 @@ PATTERNS: tuple[Pattern, ...] = (
        r"could not find a kv cache slot(?: \(length: (?P<n_tokens>\d+)\))?", kind="kv_slot",
        builds="ollama runner (Go panic or level=ERROR line)", extra={"stage": "4"},
        examples=("panic: failed to decode batch: could not find a kv cache slot (length: 2560)",)),
+    # llama.h's words for llama_decode's 1 (no KV slot), as wrappers raise them with the code or without it: the
+    # ollama 0.4 runner's `error="could not find a KV slot for the batch - ... code: 1"` after its `failed to
+    # decode batch` (so this entry comes before that one), node-llama-cpp's `[Error: could not find a KV slot ...`;
+    # only as an error's text, not where llama.h's doc comment lists the codes (`///  - 1: could not find ...`)
+    _p("kv_slot_for_batch", "failure", "could not find a KV slot",
+       rf"(?:error=\"|Error: )could not find a KV slot for the batch(?:[^\n]*?code: (?P<ret>{INT}))?", kind="kv_slot",
+       builds="wrappers quoting llama.h (ollama 0.4 runner, node-llama-cpp)", extra={"stage": "4"},
+       examples=('ERROR source=runner.go:426 msg="failed to decode batch" error="could not find a KV slot for the batch - try reducing the size of the batch or increase the context. code: 1"',
+                 "[Error: could not find a KV slot for the batch (try reducing the size of the batch or increase the context)]")),
     _p("go_decode_panic", "failure", "failed to decode batch",
        r"(?:panic: |msg=\"?)failed to decode batch(?:: (?P<msg>.*))?", kind="decode_failed",
        builds="ollama runner (Go panic or level=ERROR line)", extra={"stage": "4"},
@@ -313,6 +322,13 @@ PATTERNS: tuple[Pattern, ...] = (
        extra={"stage": "1"},
        examples=("W llama_init_from_model: context type MTP requested but model doesn't contain MTP layers",)),
     # the model itself fails to load: a start-up failure (the device cannot hold the split, a bad file)
+    # an architecture only a drafter has (DSpark's, DFlash's, EAGLE's heads): the model that could not be read is
+    # the draft model, whichever context the line names; before `model_load_error`, which reads the same line
+    _p("draft_arch_unknown", "failure", "unknown model architecture",
+       r"unknown model architecture: '(?P<arch>dspark|dflash|eagle\d?)'", kind="load", component="drafter",
+       extra={"stage": "1"},
+       examples=("llama_model_load: error loading model: unknown model architecture: 'dspark'",
+                 "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'dflash'")),
     _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",
        extra={"stage": "1"},
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
@@ -380,11 +396,19 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*)\) failed", kind="assert",
        extra={"stage": "0"},
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
-    _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
+    _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>(?:[A-Za-z]:)?[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
        kind="assert", builds="ggml 2023 (`GGML_ASSERT: file:line: cond`)", extra={"stage": "0"},
        # examples: ggml.h's 2023 macro as it printed (fprintf(stderr, "GGML_ASSERT: %s:%d: %s\n", ...))
        examples=("GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size + view_offs <= ggml_nbytes(view_src)",
-                 "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch")),
+                 "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch",
+                 r"GGML_ASSERT: D:\a\llama.cpp\llama.cpp\ggml.c:4785: false")),
+    # llama.cpp's own copy of that 2023 macro (llama-util.h's LLAMA_ASSERT, the same fprintf): a Windows build
+    # prints the file with its drive letter
+    _p("llama_assert_old", "failure", "LLAMA_ASSERT: ",
+       r"LLAMA_ASSERT: (?P<file>(?:[A-Za-z]:)?[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
+       kind="assert", builds="llama.cpp 2023 (`LLAMA_ASSERT: file:line: cond`)", extra={"stage": "0"},
+       examples=(r"LLAMA_ASSERT: D:\a\llama.cpp\llama.cpp\llama.cpp:830: false",
+                 "LLAMA_ASSERT: /home/user/llama.cpp/llama.cpp:1120: n_tokens <= n_batch")),
     _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
        extra={"stage": "0"},
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
@@ -401,6 +425,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("cuda_error", "failure", "CUDA error", r"CUDA error: (?P<cond>.*)", kind="assert", extra={"stage": "0"},
        # examples: as tests/analyze/test_walker.py reads it (no capture has one)
        examples=("CUDA error: an illegal memory access was encountered",)),
+    # the CUDA backend naming the op it could not run (ggml_cuda_compute_forward), before its CUDA error and
+    # abort; after `cuda_error` so a line holding both keeps the error's text
+    _p("cuda_op_failed", "failure", "compute_forward: ", r"compute_forward: (?P<op>[A-Z][A-Z0-9_]*) failed",
+       kind="assert", builds="ggml CUDA backend", extra={"stage": "0"},
+       examples=("ggml_cuda_compute_forward: RMS_NORM failed", "Output : ggml_cuda_compute_forward: ADD failed")),
     _p("device_lost", "failure", "DeviceLost", r"(?:ErrorDeviceLost|DeviceLostError)", kind="assert",
        extra={"stage": "0"}, builds="Vulkan",
        # examples: Vulkan-Hpp's exception and result names (no capture has one)

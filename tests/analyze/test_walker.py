@@ -199,3 +199,33 @@ def test_a_context_that_fails_right_after_the_draft_model_loads_is_the_drafters(
     v = r.verdict
     assert (v.kind, v.component, v.component_evidence) == ("other", "drafter", 1)
     assert match_signature(r).name == "draft_context_failed" and r.meta["speculative"]
+
+
+def test_a_wrapper_s_kv_slot_error_after_its_failed_decode_is_the_kv_room_s() -> None:
+    """The ollama 0.4 runner's `failed to decode batch` with llama.h's words for llama_decode's 1 is no KV slot,
+    not a generic decode failure; the same words in llama.h's doc comment list the codes and report nothing."""
+    line = ('ERROR source=runner.go:426 msg="failed to decode batch" error="could not find a KV slot for the batch '
+            '- try reducing the size of the batch or increase the context. code: 1"\n')
+    r = analyze.parse(line.encode())
+    assert (r.verdict.kind, r.verdict.component) == ("kv_slot", "target")
+    assert r.errors["variant"].tolist() == ["kv_slot_for_batch"]
+    doc = "        ///  - 1: could not find a KV slot for the batch (try reducing the size of the batch)\n"
+    assert "kv_slot_for_batch" not in analyze.parse(doc.encode()).errors.get("variant", []).tolist()
+
+
+def test_an_architecture_only_a_drafter_has_names_the_draft_side() -> None:
+    """`unknown model architecture: 'dspark'` (or 'dflash'): the model llama.cpp could not read is the drafter."""
+    text = ("llama-server -m Qwen3-8B-Q4_K_M.gguf -md Qwen3-8B-DSpark.gguf --spec-type draft-dspark\n"
+            "llama_model_load: error loading model: unknown model architecture: 'dspark'\n")
+    v = analyze.parse(text.encode()).verdict
+    assert (v.kind, v.component) == ("other", "drafter")
+    other = "llama_model_load: error loading model: unknown model architecture: 'seed_oss'\n"
+    assert analyze.parse(other.encode()).verdict.component != "drafter"
+
+
+def test_the_2023_llama_assert_and_a_cuda_op_failure_are_the_target_s_aborts() -> None:
+    for line in (r"LLAMA_ASSERT: D:\a\llama.cpp\llama.cpp\llama.cpp:830: false",
+                 "ggml_cuda_compute_forward: RMS_NORM failed"):
+        r = analyze.parse(f"llama.cpp: loading model from ggml-model-q4_1.bin\n{line}\n".encode())
+        assert (r.verdict.kind, r.verdict.component, r.verdict.confidence) == ("other", "target", "high")
+        assert match_signature(r).name != "unclassified"
