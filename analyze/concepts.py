@@ -150,6 +150,10 @@ CONCEPTS: tuple[Concept, ...] = (
        r"error (?:starting|loading) (?:the )?llama (?:runner|server)",
        r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
        r"(?:model|server|runner|process|engine) has crashed|process no longer running",
+       # a crash told in the report's words with when or how it happened (`llama-server crashes during
+       # prompt-eval`, `randomly crashes during inference with error`, `crashes with a pool overflow assertion`,
+       # `crashed after sending an image`): the verb with its circumstance, not the noun (`fixes a crash when`)
+       rf"{_B}crash(?:es|ed)\s+(?:[a-z]+ly\s+)?(?:during|with|after|when|while|on|at)\s",
        r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
        # a Go runtime's crash dump without its panic line: goroutine headers, `created by ... in goroutine N`,
        # cgo's `signal arrived during cgo execution`, and the register dump after it (`rax    0x0`, `rip 0x...`)
@@ -187,11 +191,16 @@ CONCEPTS: tuple[Concept, ...] = (
                  "Error: llama runner process has terminated. when running dolphin-mixtral",
                  'level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner process has '
                  'terminated: exit status 2"',
-                 "llama-server process has terminated: llama_init_from_model: failed to initialize the context"),
+                 "llama-server process has terminated: llama_init_from_model: failed to initialize the context",
+                 "From time to time llama-server crashes during prompt-eval.",
+                 "Works but randomly crashes during inference with error",
+                 "llama-server crashes with a pool overflow assertion after processing several requests"),
        not_examples=("no crash so far, the signal handler is installed", "I killed the server and restarted it",
                      "it ran all night without a segmentation fault",
                      "each request runs in its own goroutine", "rax holds the return value",
-                     "        main.go:12 +0x1d", "Process exited with code 0")),
+                     "        main.go:12 +0x1d", "Process exited with code 0",
+                     "This PR fixes a crash when using tree-based speculative decoding",
+                     "it never crashed during the whole benchmark", "with -np 1 it never crashes with MTP on")),
     _c("device_lost", "assert",
        rf"{_B}(?:vk{_S}|error{_S})?device{_S}(?:lost|removed|hung|hang|reset){_E}",
        r"VK_ERROR_DEVICE_LOST|DXGI_ERROR_DEVICE_(?:REMOVED|HUNG|RESET)",
@@ -261,6 +270,16 @@ CONCEPTS: tuple[Concept, ...] = (
                  "openai.InternalServerError: Error code: 500",
                  "HTTP/1.1 500 Internal Server Error"),
        not_examples=("the server answered 200 OK",)),
+    # a .NET (or Java) exception named by its namespaced class where a line starts, as a wrapper throws it with
+    # no llama.cpp line (`System.ObjectDisposedException: Cannot access a disposed object.` from LLamaSharp's
+    # context handle): last, so the classes the concepts above name (a load, a decode) keep their kind
+    _c("namespaced_exception", "assert",
+       r"^\W{0,3}(?:[A-Za-z_]\w*\.)+[A-Z]\w*Exception: ",
+       examples=("System.ObjectDisposedException: Cannot access a disposed object.",
+                 "java.lang.IllegalStateException: llama context is closed",
+                 "System.InvalidOperationException: Sequence contains no elements"),
+       not_examples=("See System.Exception: the base class of all errors",
+                     "Exception: this is not namespaced")),
 )
 
 # a word one of the concepts' wordings needs (lower case): a line without any is not looked at further, which

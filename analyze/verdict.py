@@ -282,9 +282,12 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         if trims:
             summary += " " + trims_text(trims)
         return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
-    if (meta.get("recognised_lines", 0) > 0 or speculative) and (events.kind == PROSE_ACCEPTANCE).any():
-        # healthy llama.cpp lines, or the speculative command line that was run, and the acceptance only in the
-        # report's words (the figures stay the reporter's)
+    prose = events[events.kind == PROSE_ACCEPTANCE]
+    if len(prose) and (meta.get("recognised_lines", 0) > 0 or speculative
+                       or any(detail_of(d).get("drafter") for d in prose["detail"])):
+        # healthy llama.cpp lines, or the speculative command line that was run, or a sentence that names the
+        # drafter it measured (`MTP active, 112/141 accepted draft tokens`, `draft-mtp n-max 4: ...
+        # 38-71% acceptance`), and the acceptance only in the report's words (the figures stay the reporter's)
         return Verdict("draft_stats_only", "unknown", None, None, None, 0,
                        "A speculative run with no failure in the log; its draft acceptance is given only in the "
                        "report's words, not in log lines.", [], **base)

@@ -265,8 +265,9 @@ class Walker:
         (analyze/concepts.py). A draft acceptance told in prose is kept as an event (`prose_acceptance`)."""
         if ("accept" in line or "draft" in line) and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
             t, _ = self._time(line)
+            told = {"text": pa.group(0), "drafter": _DRAFTER_NAMED.search(line) is not None}
             self.events.append(Event(no, t, PROSE_ACCEPTANCE, "unknown", None, None,
-                                     json.dumps({"text": pa.group(0)}, ensure_ascii=False), PROSE_ACCEPTANCE))
+                                     json.dumps(told, ensure_ascii=False), PROSE_ACCEPTANCE))
         prev = self._prev
         if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
             hit = _first(joined)
@@ -783,10 +784,19 @@ _PREFIX_AT_START = LLAMA_PREFIX.match
 # acceptance` 0.41-0.65", `an acceptance rate of 65 %`): a speculative run's statistics, kept apart from the
 # log's own counts (they never enter the acceptance figures)
 PROSE_ACCEPTANCE_WORDS = re.compile(
-    r"(?:draft accept(?:ance|ed)(?: rate)?|accept(?:ance)? rate)\W{0,3}(?:[a-z]+\W{1,3}){0,3}[~\u2248]?\s*"
+    r"(?:(?:draft|mtp) accept(?:ance|ed)(?: rate)?|accept(?:ance)? rate)\W{0,3}(?:[a-z]+\W{1,3}){0,3}[~\u2248]?\s*"
     r"(?:0?\.\d+|\d{1,3}(?:\.\d+)?\s?%)"  # up to three words before the figure: `is very low, ~0.5`
-    # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`
-    r"|\b\d+\s?/\s?\d+ draft(?:ed)? tokens", re.IGNORECASE)
+    # the figure (or a range) before the word: `38-71% acceptance depending on context`, `78.7 % MTP acceptance`
+    r"|\b\d{1,3}(?:\.\d+)?(?:\s?[-\u2013]\s?\d{1,3}(?:\.\d+)?)?\s?% (?:draft |mtp )?acceptance\b"
+    # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`,
+    # `112/141 accepted draft tokens`, `210 / 267 accepted draft tokens`
+    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens", re.IGNORECASE)
+# a drafter named where the acceptance is told (`MTP active, 112/141 accepted draft tokens`, `draft-mtp n-max 4:
+# ... 38-71% acceptance`, `-md small.gguf`): the figures are a measured speculative setup's; speculative decoding
+# named in general (`./speculative always reports 100 %`) is not enough
+_DRAFTER_NAMED = re.compile(
+    r"\b(?:mtp|eagle\d?|dflash|dspark|medusa)\b|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s",
+    re.IGNORECASE)
 _DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
 _DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex

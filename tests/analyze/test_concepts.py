@@ -72,6 +72,12 @@ def test_the_table_reads_these_lines_first() -> None:
     ("error: invalid argument: --draft-model\nProcess exited with code 1\n", "other", "crash_signal"),
     ("Batch offset=0x0 len=0x0 on queue 0 (aperture: 373.2Mb, 0.0Mb VRAM only)\n"
      "   BO: addr=0xffffeffeffffe000-0xffffeffeffffffff size=      8KB handle=00008 capture=1\n", "other", "device_lost"),
+    # a .NET wrapper's exception about the context it holds, its frames without their indent (a paste lost it)
+    ("System.ObjectDisposedException: Cannot access a disposed object.\n"
+     "Object name: 'Cannot use this SafeLLamaContextHandle - it has been disposed'.\n"
+     "at LLama.Native.SafeLLamaContextHandle.ThrowIfDisposed()\n", "other", "namespaced_exception"),
+    ("From time to time llama-server crashes during prompt-eval.\n", "other", "crash_signal"),  # told in prose
+    ("Works but randomly crashes during inference with error\n```\nllama-server: /\n", "other", "crash_signal"),
 ])
 def test_a_wrapper_s_wording_gives_its_family_at_low_confidence(text: str, kind: str, variant: str) -> None:
     r = analyze.parse(text.encode())
@@ -200,6 +206,25 @@ def test_acceptance_in_prose_beside_the_speculative_command_that_was_run_is_a_he
     assert analyze.parse((command + "\n").encode()).verdict.kind == "no_log"  # a command line alone is no log
     plain = "llama-server -m Qwen3-4B-Q4_K_M.gguf --port 8085"
     assert analyze.parse((plain + "\n" + prose + "\n").encode()).verdict.kind == "no_log"  # no speculative run
+
+
+@pytest.mark.parametrize("prose", [
+    "- Gemma 4 31B external MTP runtime check: MTP active, 112/141 accepted draft tokens, 108.27 tok/s",
+    "Qwen3.6-27B IQ4_XS, draft-mtp n-max 4, FA on: ~45 t/s generation, 38-71% acceptance depending on context.",
+    "- **MTP acceptance:** 78.7% in functional test, 210 / 267 accepted draft tokens",
+])
+def test_acceptance_in_prose_that_names_its_drafter_is_a_healthy_run(prose: str) -> None:
+    """A measurement told in a report's words with the drafter it measured (MTP, a draft model) is a speculative
+    run's statistics though no log line or command came with it; the figures stay the reporter's."""
+    r = analyze.parse((prose + "\n").encode())
+    assert r.verdict.kind == "draft_stats_only"
+    assert not r.verdict.acceptance
+
+
+def test_acceptance_in_prose_that_names_only_speculative_decoding_is_no_log() -> None:
+    """Speculative decoding named in general is no measured setup (a discussion of a 100 % acceptance bug)."""
+    prose = "when using the ./speculative to run speculative inference, the acceptance rate will always be 100%."
+    assert analyze.parse((prose + "\n").encode()).verdict.kind == "no_log"
 
 
 def test_a_normal_marked_failure_quoted_as_why_the_server_died_stays_a_failure() -> None:
