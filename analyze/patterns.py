@@ -323,10 +323,10 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("W llama_init_from_model: context type MTP requested but model doesn't contain MTP layers",)),
     # the model itself fails to load: a start-up failure (the device cannot hold the split, a bad file)
     # an architecture only a drafter has (DSpark's, DFlash's, EAGLE's heads): the model that could not be read is
-    # the draft model, whichever context the line names; before `model_load_error`, which reads the same line
+    # the draft model when no line of the failure names a side (analyze/verdict.py's failing_side); before
+    # `model_load_error`, which reads the same line
     _p("draft_arch_unknown", "failure", "unknown model architecture",
-       r"unknown model architecture: '(?P<arch>dspark|dflash|eagle\d?)'", kind="load", component="drafter",
-       extra={"stage": "1"},
+       r"unknown model architecture: '(?P<arch>dspark|dflash|eagle\d?)'", kind="load", extra={"stage": "1"},
        examples=("llama_model_load: error loading model: unknown model architecture: 'dspark'",
                  "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'dflash'")),
     _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",

@@ -155,6 +155,11 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     return text
 
 
+# failures whose own words name what only a drafter has (an architecture no target model has): the draft side's
+# when no line of the failure named a side
+DRAFTER_ONLY = frozenset({"draft_arch_unknown"})
+
+
 def failing_side(row: pd.Series, comp: str, speculative: bool, complete: bool = True) -> tuple[str, int | None]:
     """The side of a failure and the line that decided it.
 
@@ -162,9 +167,11 @@ def failing_side(row: pd.Series, comp: str, speculative: bool, complete: bool = 
     complete log with no speculative decoding at all (no draft model, no spec/draft/MTP lines or flags) has
     one context, so its failure is the target's, decided by the failing line itself. Anything else stays
     `unknown`: a side is never guessed, and the absence of speculative lines in a log read only in part
-    shows nothing."""
+    shows nothing. A failure worded in what only a drafter has (`DRAFTER_ONLY`) is the drafter's."""
     if comp != "unknown":
         return comp, opt_int(row["evidence_line"]) or opt_int(row["line"])
+    if row.get("variant") in DRAFTER_ONLY:
+        return "drafter", opt_int(row["line"])
     if not speculative and complete:
         return "target", opt_int(row["line"])
     return "unknown", None
