@@ -313,8 +313,11 @@ def test_kill_9_of_the_wrapper_loses_nothing_received(tmp_path: Path, py: str) -
     )
     try:
         data = fixture.read_bytes()
+        # Three replays in raw.log, and the wrapper has noted their arrival: the program writes raw.log itself,
+        # so on a loaded machine the file can hold them before the wrapper's first look at it.
         wait_for(
-            lambda: (out / "raw.log").exists() and (out / "raw.log").stat().st_size > 3 * len(data),
+            lambda: (out / "raw.log").exists() and (out / "raw.log").stat().st_size > 3 * len(data)
+            and len(load_chunks(out)) > 0,
             what="three replays captured",
         )
         child_pid = manifest(out)["program"]["pid"]
