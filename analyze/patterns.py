@@ -445,6 +445,17 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: ggml-rpc's, as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("0.02.000.000 E send failed (bytes_sent=0, size_to_send=8)",
                  "0.02.000.000 E recv failed (bytes_recv=0, size_to_recv=8)")),
+    # ggml's 2023 allocator (ggml_new_object, ggml_new_tensor_impl) out of room in a context's fixed pool or in a
+    # scratch buffer: the model's tensors or the compute graph did not fit the size the loader reserved
+    _p("memory_pool", "failure", "memory pool",
+       r"(?P<fn>ggml_new_\w+): not enough space in the (?P<pool>context's|scratch) memory pool"
+       r"(?: \(needed (?P<needed>\d+), available (?P<available>\d+)\))?", kind="error",
+       extra={"stage": "0"}, builds="ggml 2023 (ggjt and early GGUF)",
+       # examples: tests/fixtures/blind/batch-9 reports 11, 13 and 10 (glued to koboldcpp's progress line)
+       examples=("ggml_new_object: not enough space in the context's memory pool (needed 10882896, available 10650320)",
+                 "ggml_new_tensor_impl: not enough space in the context's memory pool (needed 458853944, available 454395136)",
+                 "`Processing Prompt [BLAS] (7168 / 7321 tokens)ggml_new_tensor_impl: not enough space in the scratch "
+                 "memory pool (needed 1279262720, available 1197473280)")),
     _p("rpc_connect", "failure", "Failed to connect to", r"Failed to connect to (?P<endpoint>\S+)", kind="error",
        extra={"stage": "0"}, builds="ggml-rpc",
        # examples: ggml-rpc's (no capture has one)
