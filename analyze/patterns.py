@@ -690,14 +690,20 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("Model | n_draft | n_predict | n_drafted | n_accept | accept ratio | 1st time | 2nd time",
                  "| n_drafted master |      0 |     151 |     254 |     450 |")),
     # a Markdown table whose column (or row) names the draft acceptance itself: `| acceptance |`, `| accepted
-    # length |`, `| accept rate |`, `| mean acceptance length |` (its cells are the report's figures, not counted)
+    # length |`, `| accept rate |`, `| mean acceptance length |` (its cells are the report's figures, not counted),
+    # its unit after it (`(tokens)`, `%`, `/Total`) and the draft tokens it counts before it (`Draft Tokens Accepted`)
     _p("table_acceptance", "event", "ccept",
-       r"(?i)(?:^|\|)\s*(?:mean\s+)?(?:draft\s+)?accept(?:ance|ed)?(?:\s+(?:length|len|rate|ratio))?(?:\s*\([^)|]*\))?"
+       r"(?i)(?:^|\|)\s*(?:mean\s+)?(?:draft(?:ed)?\s+(?:tokens?\s+)?)?accept(?:ance|ed)?"
+       r"(?:\s+(?:length|len|rate|ratio))?(?:\s*\([^)|]*\)|\s*%|\s*/\s*(?:total|drafted|generated))?"
        r"\s*\|", kind="draft_stats", builds="reports' tables of speculative runs",
-       # examples: headers of tests/fixtures/blind/batch-5 report 24 and batch-6 report 17, and a row's label
+       # examples: headers of tests/fixtures/blind/batch-5 report 24, batch-6 report 17 and batch-9 reports 15 and
+       # 16 (two tables there), and a row's label
        examples=("|          | base t/s | DFlash t/s | speedup | acceptance     |",
                  "| temp | accepted length | throughput |",
-                 "| Mean acceptance length (tokens) | 2.91 | 3.10 |")),
+                 "| Mean acceptance length (tokens) | 2.91 | 3.10 |",
+                 "| Output Tokens | Speed (tok/s) | Draft Accepted/Total | Accept % |",
+                 "| Temp | Speed | Accept % |",
+                 "| Model | Device | Speed (tok/sec) | Draft Model | Draft Tokens Accepted |")),
     _p("json_draft_n", "event", '"draft_n"',
        r'"draft_n"\s*:\s*(?P<generated>\d+)(?:,\s*"draft_n_accepted"\s*:\s*(?P<accepted>\d+))?', kind="draft_stats",
        builds="server responses (timings)",

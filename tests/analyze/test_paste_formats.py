@@ -161,6 +161,10 @@ def test_a_table_of_n_drafted_and_n_accept_is_draft_statistics(table: str) -> No
     "| ik_llama | 4.05     | 10.80      | 2.67x   | ~62% (273/436) |\n",
     "| temp | accepted length | throughput |\n|---|---|---|\n| 0.1 | +1.93% | +4.21% |\n",
     "| Accept rate | 0.61 | 0.58 |\n",
+    # the acceptance with its unit, or with the draft tokens it counts (tests/fixtures/blind/batch-9, 15 and 16)
+    "| Output Tokens | Speed (tok/s) | Draft Accepted/Total | Accept % |\n|---|---|---|---|\n| 64 | 92.1 | 52/137 | 38.0% |\n",
+    "| Temp | Speed | Accept % |\n|------|-------|----------|\n| 0.0 | 52.0 | 17.4% |\n",
+    "| Model | Device | Speed (tok/sec) | Draft Model | Draft Tokens Accepted |\n| --- | --- | --- | --- | --- |\n",
 ])
 def test_a_table_whose_column_is_the_acceptance_is_draft_statistics(table: str) -> None:
     v = analyze.parse(table.encode()).verdict
@@ -186,6 +190,8 @@ def test_per_position_acceptance_and_adaptive_draft_depth_are_draft_statistics(t
 @pytest.mark.parametrize("text", [
     "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
     "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence
+    "| Model | Accepted answers % | Notes |\n|---|---|---|\n",  # a column that counts something else accepted
+    "| tokens accepted by the grammar | 12 |\n",
 ])
 def test_a_table_or_prose_that_only_mentions_acceptance_is_no_log(text: str) -> None:
     assert analyze.parse(text.encode()).verdict.kind == "no_log"
