@@ -445,6 +445,17 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: ggml-rpc's, as tests/analyze/test_devices.py reads it (no capture has one)
        examples=("0.02.000.000 E send failed (bytes_sent=0, size_to_send=8)",
                  "0.02.000.000 E recv failed (bytes_recv=0, size_to_recv=8)")),
+    # ggml's 2023 allocator (ggml_new_object, ggml_new_tensor_impl) out of room in a context's fixed pool or in a
+    # scratch buffer: the model's tensors or the compute graph did not fit the size the loader reserved
+    _p("memory_pool", "failure", "memory pool",
+       r"(?P<fn>ggml_new_\w+): not enough space in the (?P<pool>context's|scratch) memory pool"
+       r"(?: \(needed (?P<needed>\d+), available (?P<available>\d+)\))?", kind="error",
+       extra={"stage": "0"}, builds="ggml 2023 (ggjt and early GGUF)",
+       # examples: tests/fixtures/blind/batch-9 reports 11, 13 and 10 (glued to koboldcpp's progress line)
+       examples=("ggml_new_object: not enough space in the context's memory pool (needed 10882896, available 10650320)",
+                 "ggml_new_tensor_impl: not enough space in the context's memory pool (needed 458853944, available 454395136)",
+                 "`Processing Prompt [BLAS] (7168 / 7321 tokens)ggml_new_tensor_impl: not enough space in the scratch "
+                 "memory pool (needed 1279262720, available 1197473280)")),
     _p("rpc_connect", "failure", "Failed to connect to", r"Failed to connect to (?P<endpoint>\S+)", kind="error",
        extra={"stage": "0"}, builds="ggml-rpc",
        # examples: ggml-rpc's (no capture has one)
@@ -679,14 +690,20 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("Model | n_draft | n_predict | n_drafted | n_accept | accept ratio | 1st time | 2nd time",
                  "| n_drafted master |      0 |     151 |     254 |     450 |")),
     # a Markdown table whose column (or row) names the draft acceptance itself: `| acceptance |`, `| accepted
-    # length |`, `| accept rate |`, `| mean acceptance length |` (its cells are the report's figures, not counted)
+    # length |`, `| accept rate |`, `| mean acceptance length |` (its cells are the report's figures, not counted),
+    # its unit after it (`(tokens)`, `%`, `/Total`) and the draft tokens it counts before it (`Draft Tokens Accepted`)
     _p("table_acceptance", "event", "ccept",
-       r"(?i)(?:^|\|)\s*(?:mean\s+)?(?:draft\s+)?accept(?:ance|ed)?(?:\s+(?:length|len|rate|ratio))?(?:\s*\([^)|]*\))?"
+       r"(?i)(?:^|\|)\s*(?:mean\s+)?(?:draft(?:ed)?\s+(?:tokens?\s+)?)?accept(?:ance|ed)?"
+       r"(?:\s+(?:length|len|rate|ratio))?(?:\s*\([^)|]*\)|\s*%|\s*/\s*(?:total|drafted|generated))?"
        r"\s*\|", kind="draft_stats", builds="reports' tables of speculative runs",
-       # examples: headers of tests/fixtures/blind/batch-5 report 24 and batch-6 report 17, and a row's label
+       # examples: headers of tests/fixtures/blind/batch-5 report 24, batch-6 report 17 and batch-9 reports 15 and
+       # 16 (two tables there), and a row's label
        examples=("|          | base t/s | DFlash t/s | speedup | acceptance     |",
                  "| temp | accepted length | throughput |",
-                 "| Mean acceptance length (tokens) | 2.91 | 3.10 |")),
+                 "| Mean acceptance length (tokens) | 2.91 | 3.10 |",
+                 "| Output Tokens | Speed (tok/s) | Draft Accepted/Total | Accept % |",
+                 "| Temp | Speed | Accept % |",
+                 "| Model | Device | Speed (tok/sec) | Draft Model | Draft Tokens Accepted |")),
     _p("json_draft_n", "event", '"draft_n"',
        r'"draft_n"\s*:\s*(?P<generated>\d+)(?:,\s*"draft_n_accepted"\s*:\s*(?P<accepted>\d+))?', kind="draft_stats",
        builds="server responses (timings)",
@@ -912,6 +929,14 @@ PATTERNS: tuple[Pattern, ...] = (
                  # examples: b11434's synthetic acceptance, as a command line in a report gives it
                  "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
     # ---- anything else llama.cpp prints, to tell a log from prose
+    # the speculative set-up's other outcome: where spec_impl names each implementation it added, this names none
+    # (a drafter type whose draft context is missing is skipped silently), so the server runs without speculation
+    _p("spec_none", "generic", "no implementations specified",
+       r"no implementations specified for speculative decoding",
+       # examples: upstream's SPC_TRC line, as LocalAI's gRPC stderr relays it (tests/fixtures/blind/batch-9, report 7)
+       examples=("0.00.254.000 I spec common_specu: no implementations specified for speculative decoding",
+                 'Apr 15 22:10:45 DEBUG GRPC stderr id="Gemma 31B - Q6_K speculative-127.0.0.1:39857" '
+                 'line="no implementations specified for speculative decoding" caller={caller.file="/build/pkg/model/process.go"')),
     # llama-server's timings on lines of their own (print_timing's message after its line break, 2024-25 builds),
     # bare or inside a runtime's logfmt (`msg="prompt eval time = ..." component=llama.cpp`)
     _p("timings", "generic", " time =",

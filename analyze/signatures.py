@@ -561,12 +561,20 @@ def rule_invalid_logits(result: ParseResult, _c: CycleStats) -> Match | None:
     return None
 
 
+# the table's own allocation failures (ggml's 2023 memory pools), named as the concept layer's out_of_memory is
+OOM_VARIANTS = ("memory_pool",)
+
+
 def rule_out_of_memory(result: ParseResult, _c: CycleStats) -> Match | None:
-    """An allocation that failed: told only in words the table does not know, or just before a start-up failure
-    the table read whose own words give no reason (`cudaMalloc failed: out of memory` then `failed to initialize
-    the context: failed to allocate buffer for kv cache`)."""
+    """An allocation that failed: a line the table reads as one (`not enough space in the context's memory
+    pool`), one told only in words the table does not know, or one just before a start-up failure the table read
+    whose own words give no reason (`cudaMalloc failed: out of memory` then `failed to initialize the context:
+    failed to allocate buffer for kv cache`)."""
     found = _first_concept(result, "out_of_memory")
-    if found is None:
+    pools = result.errors[result.errors["variant"].isin(OOM_VARIANTS)]
+    if not pools.empty:
+        found = pools, pools.iloc[0]
+    elif found is None:
         e = result.errors
         oom = e[e["variant"] == CONCEPT_PREFIX + "out_of_memory"]
         by_table = e[~e["variant"].fillna("").str.startswith(CONCEPT_PREFIX)]

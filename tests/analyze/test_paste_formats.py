@@ -161,6 +161,10 @@ def test_a_table_of_n_drafted_and_n_accept_is_draft_statistics(table: str) -> No
     "| ik_llama | 4.05     | 10.80      | 2.67x   | ~62% (273/436) |\n",
     "| temp | accepted length | throughput |\n|---|---|---|\n| 0.1 | +1.93% | +4.21% |\n",
     "| Accept rate | 0.61 | 0.58 |\n",
+    # the acceptance with its unit, or with the draft tokens it counts (tests/fixtures/blind/batch-9, 15 and 16)
+    "| Output Tokens | Speed (tok/s) | Draft Accepted/Total | Accept % |\n|---|---|---|---|\n| 64 | 92.1 | 52/137 | 38.0% |\n",
+    "| Temp | Speed | Accept % |\n|------|-------|----------|\n| 0.0 | 52.0 | 17.4% |\n",
+    "| Model | Device | Speed (tok/sec) | Draft Model | Draft Tokens Accepted |\n| --- | --- | --- | --- | --- |\n",
 ])
 def test_a_table_whose_column_is_the_acceptance_is_draft_statistics(table: str) -> None:
     v = analyze.parse(table.encode()).verdict
@@ -186,6 +190,8 @@ def test_per_position_acceptance_and_adaptive_draft_depth_are_draft_statistics(t
 @pytest.mark.parametrize("text", [
     "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
     "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence
+    "| Model | Accepted answers % | Notes |\n|---|---|---|\n",  # a column that counts something else accepted
+    "| tokens accepted by the grammar | 12 |\n",
 ])
 def test_a_table_or_prose_that_only_mentions_acceptance_is_no_log(text: str) -> None:
     assert analyze.parse(text.encode()).verdict.kind == "no_log"
@@ -225,3 +231,19 @@ def test_llama_server_timings_on_their_own_lines_are_a_llama_cpp_log(text: str) 
     """print_timing's message on a line of its own, bare or in a runtime's logfmt: a healthy log, not `no_log`."""
     assert analyze.parse(text.encode()).verdict.kind == "other"
     assert analyze.parse(b"the total time = 5 s and the eval time was fine\n").verdict.kind == "no_log"
+
+
+@pytest.mark.parametrize("text", [
+    # LocalAI 4.x relays the backend's stderr as logfmt (`GRPC stderr id=... line="..."`), earlier builds as
+    # `GRPC(model-host:port): stderr LINE` behind a docker-compose column (tests/fixtures/blind/batch-7, report 4)
+    'Apr 15 22:10:45 DEBUG GRPC stderr id="Gemma 31B - Q6_K speculative-127.0.0.1:39857" '
+    'line="no implementations specified for speculative decoding" caller={caller.file="/build/pkg/model/process.go"\n',
+    "api_1  | 1:06AM DBG GRPC(gemma-4-31b.gguf-127.0.0.1:42109): stderr 0.00.254.000 I spec common_specu: "
+    "no implementations specified for speculative decoding\n",
+])
+def test_a_speculative_set_up_that_named_no_implementation_is_a_llama_cpp_log_without_a_failure(text: str) -> None:
+    """llama.cpp's own line behind a wrapper's stderr prefix: a log with no failure (`other`), not `no_log`."""
+    r = analyze.parse(text.encode())
+    assert (r.verdict.kind, r.verdict.n_errors) == ("other", 0)
+    assert not r.meta["spec_impls"]
+    assert analyze.parse(b"no speculative decoding was specified in my config\n").verdict.kind == "no_log"

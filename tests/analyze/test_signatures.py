@@ -335,6 +335,25 @@ def test_an_allocation_that_failed_before_a_target_start_up_failure_is_out_of_me
     assert match_signature(r).name == "out_of_memory"
 
 
+@pytest.mark.parametrize("text", [
+    b"ggml_new_object: not enough space in the context's memory pool (needed 10882896, available 10650320)\n",
+    b"llama.cpp: loading model from models/7B/ggml-model-q4_0.bin\n"
+    b"ggml_new_tensor_impl: not enough space in the scratch memory pool (needed 1279262720, available 1197473280)\n",
+])
+def test_ggml_s_memory_pool_out_of_room_is_the_target_s_out_of_memory(text: bytes) -> None:
+    r = analyze.parse(text)
+    assert (r.verdict.kind, r.verdict.component) == ("other", "target")
+    assert r.verdict.confidence != "low"  # ggml's own line, read by the table
+    m = match_signature(r)
+    assert (m.name, m.match.key) == ("out_of_memory", "oom")
+
+
+def test_a_memory_pool_line_after_a_crash_keeps_the_crash_s_signature() -> None:
+    text = (b"ggml_new_tensor_impl: not enough space in the context's memory pool (needed 13340448, available 10485760)\n"
+            b"Segmentation fault (core dumped)\n")
+    assert match_signature(analyze.parse(text)).name == "abort_outside_speculation"
+
+
 def test_a_drafter_that_needs_its_target_s_context_is_the_draft_side_s_start_up_failure() -> None:
     text = (b"llama-server process has terminated: llama_init_from_model: failed to initialize the context: "
             b"Gemma4Assistant requires ctx_other to be set (this warning is normal during memory fitting)\n")
