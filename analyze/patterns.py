@@ -416,6 +416,15 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ggml_abort", "failure", "GGML_ABORT", r"GGML_ABORT\((?P<cond>.*)\)", kind="assert", extra={"stage": "0"},
        # examples: the macro as a report quotes the code (the upstream speculative-type notes)
        examples=('    GGML_ABORT("failed to remove sequence %d\\n")',)),
+    # what GGML_ABORT("fatal error") prints (ggml_abort: `%s:%d: ` then the message): the backend's own abort
+    # line, before its backtrace, a CPU op it cannot run or a CUDA kernel it has no case for; a compiler's
+    # `file.c:12:10: fatal error: x.h: No such file` has a column and a colon after it, so it is not read
+    _p("ggml_fatal_error", "failure", "fatal error",
+       r"(?P<file>(?:[A-Za-z]:)?[^\s:]*\.(?:c|cc|cpp|cu|m)):(?P<at>\d+): fatal error\s*$", kind="assert",
+       builds="ggml (GGML_ABORT(\"fatal error\"))", extra={"stage": "0"},
+       # examples: the CPU and CUDA backends' lines of tests/fixtures/blind/batch-10 reports 02 and 07
+       examples=(r"E:\buun-llama-cpp\ggml\src\ggml-cpu\ggml-cpu.c:2455: fatal error",
+                 "/home/user/llama.cpp/ggml/src/ggml-cuda/fattn.cu:574: fatal error")),
     _p("segfault", "failure", "Segmentation fault", r"Segmentation fault", kind="assert", extra={"stage": "0"},
        # examples: the shell's report of the crash (no capture has one)
        examples=("Segmentation fault (core dumped)",)),
@@ -710,6 +719,14 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the second pretty-printed, as tests/analyze/test_walker.py reads it
        examples=('0.01.172.547 D srv    operator(): http: streamed chunk: data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1796103891,"id":"chatcmpl-1wetjBWDkYvspcBfAaKodVT977Gnm5sC","model":"models/target.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk","timings":{"cache_n":0,"prompt_n":24,"prompt_ms":12.282,"prompt_per_token_ms":0.51175,"prompt_per_second":1954.0791402051784,"predicted_n":24,"predicted_ms":60.675,"predicted_per_token_ms":2.6380434782608693,"predicted_per_second":379.0688092295014,"draft_n":48,"draft_n_accepted":5},"__verbose":{"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"models/target.gguf","tokens_predicted":24,"tokens_evaluated":24,"generation_settings":{"seed":4294967295,"temperature":0.0,"dynatemp_range":0.0,"dynatemp_exponent":1.0,"top_k":40,"top_p":0.949999988079071,"min_p":0.05000000074505806,"top_n_sigma":-1.0,"xtc_probability":0.0,"xtc_threshold":0.10000000149011612,"typical_p":1.0,"repeat_last_n":64,"repeat_penalty":1.0,"presence_penalty":0.0,"frequency_penalty":0.0,"dry_multiplier":0.0,"dry_base":1.75,"dry_allowed_length":2,"dry_penalty_last_n":64,"dry_sequence_breakers":["\\n",":","\\"","*"],"mirostat":0,"mirostat_tau":5.0,"mirostat_eta":0.10000000149011612,"adaptive_target":-1.0,"adaptive_decay":0.8999999761581421,"stop":[],"max_tokens":24,"n_predict":24,"n_keep":0,"n_discard":0,"ignore_eos":false,"stream":true,"logit_bias":[],"n_probs":0,"min_keep":0,"grammar":"","grammar_lazy":false,"grammar_triggers":[],"preserved_tokens":[],"chat_format":"peg-native","reasoning_format":"deepseek","reasoning_in_content":false,"generation_prompt":"assistant:","samplers":["penalties","dry","top_n_sigma","top_k","typ_p","top_p","min_p","xtc","temperature"],"speculative.types":"none,draft-dflash","timings_per_token":false,"post_sampling_probs":false,"backend_sampling":false,"lora":[]},"prompt":"<s> user: the cache and the draft of the target batch\\nassistant:","has_new_line":false,"truncated":false,"stop_type":"limit","stopping_word":"","tokens_cached":47,"timings":{"cache_n":0,"prompt_n":24,"prompt_ms":12.282,"prompt_per_token_ms":0.51175,"prompt_per_second":1954.0791402051784,"predicted_n":24,"predicted_ms":60.675,"predicted_per_token_ms":2.6380434782608693,"predicted_per_second":379.0688092295014,"draft_n":48,"draft_n_accepted":5}}}',
                  '    "draft_n": 55,')),
+    # the same counter pair as a per-step JSON record names it, as common/speculative.cpp's own variables do
+    # (`n_draft`, `n_accepted`): one object per draft verification step, so each is counted like a step's line
+    _p("json_n_draft", "event", '"n_draft"',
+       r'"n_draft"\s*:\s*(?P<generated>\d+)\s*,\s*"n_accepted"\s*:\s*(?P<accepted>\d+)', kind="draft_stats",
+       builds="forks' per-step speculative dumps (JSON lines)",
+       # examples: the record of tests/fixtures/blind/batch-10 report 08, and one spaced as json.dumps writes it
+       examples=('{"step":1,"seq":3,"n_draft":3,"n_accepted":2,"pmin_drop":0,"pos":[',
+                 '{"step": 7, "n_draft": 4, "n_accepted": 0}')),
     _p("json_draft_accepted", "event", '"draft_n_accepted"', r'"draft_n_accepted"\s*:\s*(?P<accepted>\d+)',
        kind="draft_stats", builds="server responses (timings), pretty-printed",
        # examples: the pretty-printed timings as tests/analyze/test_walker.py reads them

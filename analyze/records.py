@@ -86,7 +86,7 @@ class LiveStats:
 # draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
 SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
                                  "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
-SUMMED_STATS += ("template_stats", "prose_stats")  # statistics a script or a wrapper words its own way
+SUMMED_STATS += ("template_stats", "prose_stats", "json_n_draft")  # a script, a wrapper or a fork, its own way
 
 
 def int_or_none(v: Any) -> int | None:

@@ -790,7 +790,11 @@ PROSE_ACCEPTANCE_WORDS = re.compile(
     r"|\b\d{1,3}(?:\.\d+)?(?:\s?[-\u2013]\s?\d{1,3}(?:\.\d+)?)?\s?% (?:draft |mtp )?acceptance\b"
     # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`,
     # `112/141 accepted draft tokens`, `210 / 267 accepted draft tokens`
-    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens", re.IGNORECASE)
+    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens"
+    # the two counts told apart, the drafted first: `18 draft tokens, 9 accepted`, `~80 draft tokens from which 3
+    # are accepted`, `120 drafted tokens and 97 accepted` (a count, not `none`: no figure, no statistics)
+    r"|\b\d+ draft(?:ed)? tokens?\W{1,3}(?:(?:and|of which|from which|with)\s)?\d+ (?:(?:are|were)\s)?accepted\b",
+    re.IGNORECASE)
 # a drafter named where the acceptance is told (`MTP active, 112/141 accepted draft tokens`, `draft-mtp n-max 4:
 # ... 38-71% acceptance`, `-md small.gguf`): the figures are a measured speculative setup's; speculative decoding
 # named in general (`./speculative always reports 100 %`) is not enough

@@ -212,6 +212,9 @@ def test_acceptance_in_prose_beside_the_speculative_command_that_was_run_is_a_he
     "- Gemma 4 31B external MTP runtime check: MTP active, 112/141 accepted draft tokens, 108.27 tok/s",
     "Qwen3.6-27B IQ4_XS, draft-mtp n-max 4, FA on: ~45 t/s generation, 38-71% acceptance depending on context.",
     "- **MTP acceptance:** 78.7% in functional test, 210 / 267 accepted draft tokens",
+    # the two counts told apart, the drafted first (tests/fixtures/blind/batch-10, report 29)
+    "- `Qwen3.6-27B-MTP-Q8_0.gguf`: MTP output matched non-MTP greedy output; 18 draft tokens, 9 accepted.",
+    "with the draft model: ~80 draft tokens from which 12 are accepted",
 ])
 def test_acceptance_in_prose_that_names_its_drafter_is_a_healthy_run(prose: str) -> None:
     """A measurement told in a report's words with the drafter it measured (MTP, a draft model) is a speculative
@@ -219,6 +222,12 @@ def test_acceptance_in_prose_that_names_its_drafter_is_a_healthy_run(prose: str)
     r = analyze.parse((prose + "\n").encode())
     assert r.verdict.kind == "draft_stats_only"
     assert not r.verdict.acceptance
+
+
+def test_a_draft_token_count_with_no_accepted_count_is_no_statistics() -> None:
+    """`none are accepted` is no figure (tests/fixtures/blind/batch-5, report 25, labelled no_log)."""
+    prose = "with the draft model you get ~80 draft tokens from which none are accepted."
+    assert analyze.parse((prose + "\n").encode()).verdict.kind == "no_log"
 
 
 def test_acceptance_in_prose_that_names_only_speculative_decoding_is_no_log() -> None:

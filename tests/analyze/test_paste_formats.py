@@ -187,6 +187,17 @@ def test_per_position_acceptance_and_adaptive_draft_depth_are_draft_statistics(t
     assert not v.acceptance.get("generated")  # no drafted-token counts in these lines
 
 
+def test_a_per_step_json_record_of_n_draft_and_n_accepted_is_draft_statistics() -> None:
+    """A fork's speculative dump, one JSON object per verification step: each step's counts are summed."""
+    text = ('{"step":1,"seq":3,"n_draft":3,"n_accepted":2,"pmin_drop":0,"pos":[{"i":0,"acc":true}]}\n'
+            '{"step": 2, "seq": 3, "n_draft": 3, "n_accepted": 0, "pmin_drop": 1, "pos": []}\n')
+    v = analyze.parse(text.encode()).verdict
+    assert v.kind == "draft_stats_only" and (v.seq_id, v.n_position_errors) == (None, 0)
+    assert (v.acceptance["accepted"], v.acceptance["generated"]) == (2, 6)
+    # the keys alone, with no accepted count beside the drafted one, are no statistics
+    assert analyze.parse(b'{"n_draft": 3, "model": "x"}\n').verdict.kind == "no_log"
+
+
 @pytest.mark.parametrize("text", [
     "| temp | throughput |\n|---|---|\n| 0.1 | +4.21% |\n",  # a table of other figures
     "the draft was not accepted | see below\n",  # prose with a pipe, the word inside a sentence

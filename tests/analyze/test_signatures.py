@@ -360,3 +360,25 @@ def test_a_drafter_that_needs_its_target_s_context_is_the_draft_side_s_start_up_
     r = analyze.parse(text)
     assert r.verdict.component == "drafter"
     assert match_signature(r).name == "draft_context_failed"
+
+
+# ggml's own abort line (GGML_ABORT("fatal error") prints `file:line: fatal error`), a CUDA kernel's and a CPU
+# op's, before a backtrace cut mid-line: an abort, named by whether speculative decoding was on
+FATAL = ("0.20.084.652 I slot launch_slot_: id  2 | task 2311 | processing task, is_child = 0\n"
+         "{line}\n/src/llama.cpp/build/bin/libggml-base.so.0(+0x1b076) [0x7666b54b3076]\n"
+         "/src/llama.cpp/build/bin/libggml-base.so.0(ggml_pr\n")
+
+
+@pytest.mark.parametrize("line", ["/src/llama.cpp/ggml/src/ggml-cuda/fattn.cu:574: fatal error",
+                                  r"E:\llama.cpp\ggml\src\ggml-cpu\ggml-cpu.c:2455: fatal error"])
+def test_ggml_s_fatal_error_line_is_an_abort_named_by_the_run_it_is_in(line: str) -> None:
+    plain = analyze.parse(FATAL.format(line=line).encode())
+    assert plain.verdict.kind == "other" and plain.verdict.evidence[0]["text"] == line
+    assert match_signature(plain).name == "abort_outside_speculation"
+    spec = "./llama-server -m gemma.gguf --model-draft mtp.gguf --spec-type draft-mtp\n" + FATAL.format(line=line)
+    assert match_signature(analyze.parse(spec.encode())).name == "speculative_assert"
+
+
+def test_a_compiler_s_fatal_error_is_not_ggml_s_abort() -> None:
+    text = b"/src/llama.cpp/ggml/src/ggml-cuda/fattn.cu:574:10: fatal error: cuda.h: No such file or directory\n"
+    assert analyze.parse(text).errors.empty
