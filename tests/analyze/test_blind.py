@@ -31,7 +31,7 @@ SAME_BUG = (
 
 # A batch scored blind and not yet tuned for (benchmarks/README.md) is held at its blind figures (field, kind
 # right, named), not at the bars the batches with an after round clear.
-UNTUNED: dict[str, tuple[float, int, int]] = {}
+UNTUNED: dict[str, tuple[float, int, int]] = {"batch-11": (0.909, 13, 9)}
 
 
 @pytest.mark.parametrize("batch", [b for b in BATCHES if b.name in UNTUNED], ids=lambda p: p.name)
