@@ -232,6 +232,8 @@ class Walker:
                 self._match(text, no, hit)  # an HTML-escaped paste: once more on the unescaped text
             if hit is None or hit[0].family == "generic":
                 self._unknown(line, no, hit is None)
+            elif hit[0] is _FLAGS_ENTRY:
+                self._prose_acceptance(line, no)  # a quoted command with its result beside it (a table row)
             elif hit[0].family == "block" and len(line) <= WRAP_WIDTH:
                 self._prev = (no, line)  # its value may be on the next line (a re-wrap cut it there)
             in_input = self._dump == _INPUT
@@ -259,15 +261,19 @@ class Walker:
             hit = _first(line)
         return found
 
-    def _unknown(self, line: str, no: int, unread: bool) -> None:
-        """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
-        (joined to the line before it and read again), else a failure told in words the table does not know
-        (analyze/concepts.py). A draft acceptance told in prose is kept as an event (`prose_acceptance`)."""
+    def _prose_acceptance(self, line: str, no: int) -> None:
+        """A draft acceptance told in the report's words, kept as an event (`prose_acceptance`)."""
         if ("accept" in line or "draft" in line) and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
             t, _ = self._time(line)
             told = {"text": pa.group(0), "drafter": _DRAFTER_NAMED.search(line) is not None}
             self.events.append(Event(no, t, PROSE_ACCEPTANCE, "unknown", None, None,
                                      json.dumps(told, ensure_ascii=False), PROSE_ACCEPTANCE))
+
+    def _unknown(self, line: str, no: int, unread: bool) -> None:
+        """A line no table entry read (`unread`), or only the generic one: the end of a line a paste re-wrapped
+        (joined to the line before it and read again), else a failure told in words the table does not know
+        (analyze/concepts.py). A draft acceptance told in prose is kept as an event (`prose_acceptance`)."""
+        self._prose_acceptance(line, no)
         prev = self._prev
         if unread and prev is not None and prev[0] == no - 1 and (joined := rejoin(prev[1], line)) is not None:
             hit = _first(joined)
@@ -789,22 +795,26 @@ PROSE_ACCEPTANCE_WORDS = re.compile(
     # the figure (or a range) before the word: `38-71% acceptance depending on context`, `78.7 % MTP acceptance`
     r"|\b\d{1,3}(?:\.\d+)?(?:\s?[-\u2013]\s?\d{1,3}(?:\.\d+)?)?\s?% (?:draft |mtp )?acceptance\b"
     # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`,
-    # `112/141 accepted draft tokens`, `210 / 267 accepted draft tokens`
-    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens"
+    # `112/141 accepted draft tokens`, `210 / 267 accepted draft tokens`, and counted in drafts, llama.cpp's own
+    # unit in its statistics line (`#gen drafts`, `#acc drafts`): `112/112 accepted drafts`
+    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens|\b\d+\s?/\s?\d+ accepted drafts\b"
     # the two counts told apart, the drafted first: `18 draft tokens, 9 accepted`, `~80 draft tokens from which 3
     # are accepted`, `120 drafted tokens and 97 accepted` (a count, not `none`: no figure, no statistics)
     r"|\b\d+ draft(?:ed)? tokens?\W{1,3}(?:(?:and|of which|from which|with)\s)?\d+ (?:(?:are|were)\s)?accepted\b",
     re.IGNORECASE)
 # a drafter named where the acceptance is told (`MTP active, 112/141 accepted draft tokens`, `draft-mtp n-max 4:
-# ... 38-71% acceptance`, `-md small.gguf`): the figures are a measured speculative setup's; speculative decoding
-# named in general (`./speculative always reports 100 %`) is not enough
+# ... 38-71% acceptance`, `-md small.gguf`, llama.cpp's n-gram speculative types `ngram-map-k`, `ngram-mod`,
+# `ngram_mod`, `ngram-k4v`): the figures are a measured speculative setup's; speculative decoding named in general
+# (`./speculative always reports 100 %`) is not enough
 _DRAFTER_NAMED = re.compile(
-    r"\b(?:mtp|eagle\d?|dflash|dspark|medusa)\b|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s",
+    r"\b(?:mtp|eagle\d?|dflash|dspark|medusa)\b|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s"
+    r"|\bngram[-_](?:simple|map-k(?:4v)?|mod|k4v)\b",
     re.IGNORECASE)
 _DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
 _DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex
-_FLAGS = BY_NAME["flags"].regex
+_FLAGS_ENTRY = BY_NAME["flags"]
+_FLAGS = _FLAGS_ENTRY.regex
 _CANDIDATE = BY_NAME["draft_candidate"]
 _MROPE = "(m-rope)"  # a meta line that is not a table entry's: a closing line naming the M-RoPE check
 _DRAFTER = CONTEXT_CODES["drafter"]

@@ -31,7 +31,12 @@ SAME_BUG = (
 
 # A batch scored blind and not yet tuned for (benchmarks/README.md) is held at its blind figures (field, kind
 # right, named), not at the bars the batches with an after round clear.
-UNTUNED: dict[str, tuple[float, int, int]] = {"batch-11": (0.909, 13, 9)}
+UNTUNED: dict[str, tuple[float, int, int]] = {}
+# A batch whose after round left labels missed on purpose (benchmarks/README.md says which and why) is held at
+# its after figures: batch 11's six crashes with no speculative line are labelled component `unknown` where the
+# reader's documented rule (and earlier batches' labellers) say `target`, and its `t/s @ 73.9%` table is one
+# report's notation.
+BELOW_BARS: dict[str, tuple[float, int, int]] = {"batch-11": (0.920, 14, 9)}
 
 
 @pytest.mark.parametrize("batch", [b for b in BATCHES if b.name in UNTUNED], ids=lambda p: p.name)
@@ -42,7 +47,16 @@ def test_the_untuned_batch_keeps_its_blind_score(batch: Path) -> None:
     assert round(s["field_accuracy"], 3) >= field and s["kind_right"] >= kinds and s["named"] >= named, s["misses"]
 
 
-@pytest.mark.parametrize("batch", [b for b in BATCHES if b.name not in UNTUNED], ids=lambda p: p.name)
+@pytest.mark.parametrize("batch", [b for b in BATCHES if b.name in BELOW_BARS], ids=lambda p: p.name)
+def test_a_batch_below_the_bars_keeps_its_after_score(batch: Path) -> None:
+    s = score(batch, json.loads((batch / "labels.json").read_text(encoding="utf-8")), header=True)
+    field, kinds, named = BELOW_BARS[batch.name]
+    assert s["reports"] >= 15
+    assert round(s["field_accuracy"], 3) >= field and s["kind_right"] >= kinds and s["named"] >= named, s["misses"]
+
+
+@pytest.mark.parametrize("batch", [b for b in BATCHES if b.name not in UNTUNED and b.name not in BELOW_BARS],
+                         ids=lambda p: p.name)
 def test_the_reader_clears_the_bars_on_every_blind_batch(batch: Path) -> None:
     s = score(batch, json.loads((batch / "labels.json").read_text(encoding="utf-8")), header=True)
     assert s["reports"] >= 15

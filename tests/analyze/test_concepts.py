@@ -215,6 +215,9 @@ def test_acceptance_in_prose_beside_the_speculative_command_that_was_run_is_a_he
     # the two counts told apart, the drafted first (tests/fixtures/blind/batch-10, report 29)
     "- `Qwen3.6-27B-MTP-Q8_0.gguf`: MTP output matched non-MTP greedy output; 18 draft tokens, 9 accepted.",
     "with the draft model: ~80 draft tokens from which 12 are accepted",
+    # counted in drafts, llama.cpp's `#acc drafts` unit, with an n-gram type as the drafter (batch-11, report 24)
+    "`ngram-map-k` 222.24 wall tok/s, 1.64x baseline, 112/112 accepted drafts",
+    "ngram-mod: 40/52 accepted drafts at n_max 8",
 ])
 def test_acceptance_in_prose_that_names_its_drafter_is_a_healthy_run(prose: str) -> None:
     """A measurement told in a report's words with the drafter it measured (MTP, a draft model) is a speculative
@@ -242,3 +245,18 @@ def test_a_normal_marked_failure_quoted_as_why_the_server_died_stays_a_failure()
     died = analyze.parse(f"llama-server process has terminated: {line}\n".encode()).verdict
     assert (died.kind, died.component) == ("other", "drafter")
     assert analyze.parse(f"{line}\n".encode()).errors.empty  # alone, llama.cpp's own word: a start-up notice
+
+
+def test_acceptance_in_prose_beside_a_quoted_command_on_one_line_is_a_healthy_run() -> None:
+    """A results-table row holding the command that was run and its result: the flags are read and the
+    acceptance told after them is still the report's prose acceptance."""
+    row = ("| bench | PASS | `run --cases ngram-map-k --ctx-size 4096 --draft-max 8` ; `ngram-map-k` 222.24 tok/s, "
+           "112/112 accepted drafts |")
+    r = analyze.parse((row + "\n").encode())
+    assert r.events.kind.tolist() == ["prose_acceptance"]
+    assert r.verdict.kind == "draft_stats_only"
+    assert not r.verdict.acceptance
+
+
+def test_an_accepted_drafts_count_with_no_drafter_named_is_no_statistics() -> None:
+    assert analyze.parse(b"the bench printed 12/40 accepted drafts\n").verdict.kind == "no_log"
