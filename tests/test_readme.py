@@ -256,3 +256,17 @@ def test_links_between_the_readmes_reach_a_heading() -> None:
             assert anchor in {_slug(h) for h in headings}, f"{doc.name}: {target}#{anchor}"
             checked += 1
     assert checked >= 5  # the README's pointers to the measurements are found
+
+
+def test_the_readme_lists_every_signature_once() -> None:
+    """The signature table (what each means, what to do next) has one row for each signature in the catalogue,
+    and none for a signature that does not exist."""
+    from analyze.signatures import SIGNATURES
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    head = text.index("| signature | what it means | next steps it suggests |")
+    table = text[head:text.index("\n\n", head)].splitlines()[2:]
+    rows = [re.match(r"\| `(\w+)` \|", row) for row in table]
+    listed = [m.group(1) for m in rows if m]
+    assert len(listed) == len(table)
+    assert sorted(listed) == sorted(s.name for s in SIGNATURES)
