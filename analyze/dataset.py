@@ -35,7 +35,8 @@ LOG_TABLES = ("batches", "kv", "errors", "events", "meta")
 TABLES = (*LOG_TABLES, "verdicts")
 VERDICT_COLUMNS = ("source", "error", "kind", "component", "signature", "spec_type", "build", "gpus", "seq_id",
                    "last_pos", "batch_start", "n_position_errors", "n_errors", "n_batches", "n_resets",
-                   "accepted", "generated", "acceptance", "lines", "truncated", "summary", "warnings")
+                   "accepted", "generated", "acceptance", "synthetic", "n_stale_trims", "lines", "truncated", "summary",
+                   "warnings")
 
 
 class DatasetError(Exception):
@@ -83,7 +84,8 @@ def verdict_row(p: Parsed) -> dict[str, Any]:
                build=m.env.build or None, gpus=m.env.n_gpus or None, seq_id=v.seq_id, last_pos=v.last_pos,
                batch_start=v.batch_start, n_position_errors=int(v.n_position_errors), n_errors=v.n_errors,
                n_batches=v.n_batches, n_resets=v.n_resets, accepted=acc.get("accepted"),
-               generated=acc.get("generated"), acceptance=acc.get("rate"), lines=p.result.lines,
+               generated=acc.get("generated"), acceptance=acc.get("rate"), synthetic=bool(acc.get("synthetic")),
+               n_stale_trims=len(v.stale_trims), lines=p.result.lines,
                truncated=p.result.truncated, summary=v.summary, warnings=json.dumps(p.result.warnings))
     return row
 
@@ -91,11 +93,12 @@ def verdict_row(p: Parsed) -> dict[str, Any]:
 def _verdicts_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
     ints = ("gpus", "seq_id", "last_pos", "batch_start", "n_position_errors", "n_errors", "n_batches", "n_resets",
-            "accepted", "generated", "lines")
+            "accepted", "generated", "n_stale_trims", "lines")
     for col in ints:
         df[col] = df[col].astype("Int64")
     df["acceptance"] = df["acceptance"].astype("Float64")
-    df["truncated"] = df["truncated"].astype("boolean")
+    for col in ("truncated", "synthetic"):  # synthetic: the server made the acceptance up (not the drafter's)
+        df[col] = df[col].astype("boolean")
     for col in ("error", "kind", "component", "signature", "spec_type", "build", "summary", "warnings"):
         df[col] = df[col].astype("string")
     return df
@@ -149,7 +152,8 @@ def _folder_verdicts(folder: Path) -> pd.DataFrame | None:
     acc = v.get("acceptance") or {}
     row = dict.fromkeys(VERDICT_COLUMNS) | {k: v.get(k) for k in VERDICT_COLUMNS if k in v}
     row.update(source=folder.name, accepted=acc.get("accepted"), generated=acc.get("generated"),
-               acceptance=acc.get("rate"), warnings=None)
+               acceptance=acc.get("rate"), synthetic=bool(acc.get("synthetic")),
+               n_stale_trims=len(v.get("stale_trims") or []), warnings=None)
     return _verdicts_frame([row])
 
 

@@ -19,7 +19,8 @@ from analyze.cli.options import fail
 def query_command(sql: str, folders: tuple[Path, ...], as_csv: bool, as_json: bool) -> None:
     """Run SQL over parsed logs with DuckDB: the tables batches, kv, errors, events, meta (key, value) and
     verdicts (one row per log: kind, component, signature, spec_type, build, seq_id, last_pos = X,
-    batch_start = Y, acceptance, error...) each have a `source` column naming the log. FOLDERS are datasets
+    batch_start = Y, acceptance, synthetic (the server made the acceptance up), n_stale_trims, error...) each
+    have a `source` column naming the log. FOLDERS are datasets
     (kvtrace parse --dataset / --scheduler) or session and tables folders that kvtrace parse wrote;
     default: the current folder. Needs kvtrace[cluster].
 
@@ -28,9 +29,9 @@ def query_command(sql: str, folders: tuple[Path, ...], as_csv: bool, as_json: bo
       # which reports fail on the drafter with X < Y
       kvtrace query "SELECT source, signature, last_pos AS x, batch_start AS y FROM verdicts
                      WHERE component = 'drafter' AND last_pos < batch_start" fleet.kvt
-      # the acceptance per spec type and build
+      # the drafters' acceptance per spec type and build (synthetic runs left out)
       kvtrace query "SELECT spec_type, build, count(*) AS logs, sum(accepted) / sum(generated) AS acceptance
-                     FROM verdicts GROUP BY ALL ORDER BY logs DESC" fleet.kvt --csv
+                     FROM verdicts WHERE NOT synthetic GROUP BY ALL ORDER BY logs DESC" fleet.kvt --csv
       # the logs with the most failures
       kvtrace query "SELECT source, count(*) AS failures FROM errors GROUP BY source ORDER BY 2 DESC" fleet.kvt
       # the logs that could not be read

@@ -255,3 +255,24 @@ def test_every_acceptance_wording_gives_the_same_numbers(tmp_path: Path, wording
         assert c.mean_accepted_len == 1.29 and c.accepted_per_position == [0.294, 0.0, 0.0]
     else:
         assert c.accepted_per_position == []
+
+
+def test_a_fleets_sql_can_leave_synthetic_runs_out_and_count_trims(tmp_path: Path) -> None:
+    """The Parquet dataset's verdicts say which runs' acceptance the server made up and how often llama.cpp
+    trimmed a stale drafter, so a query of drafter quality over many logs can leave the synthetic ones out."""
+    logs = [_log(tmp_path, [START[0], *SYNTHETIC, *START[1:], STATS], "synthetic.log"),
+            _log(tmp_path, [*START, MIRROR_TRIM, MTP_TRIM, STATS], "trimmed.log"),
+            _log(tmp_path, [*START, STATS], "plain.log")]
+    out = tmp_path / "fleet.kvt"
+    r = CliRunner().invoke(cli, ["parse", "--dataset", "-o", str(out), *map(str, logs)])
+    assert r.exit_code == 0, r.output
+    sql = "SELECT regexp_extract(source, '[a-z]+[.]log$') AS log, synthetic, n_stale_trims FROM verdicts ORDER BY log"
+    r = CliRunner().invoke(cli, ["query", sql, str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [
+        {"log": "plain.log", "synthetic": False, "n_stale_trims": 0},
+        {"log": "synthetic.log", "synthetic": True, "n_stale_trims": 0},
+        {"log": "trimmed.log", "synthetic": False, "n_stale_trims": 2}]
+    sql = "SELECT sum(accepted) AS accepted, sum(generated) AS generated FROM verdicts WHERE NOT synthetic"
+    r = CliRunner().invoke(cli, ["query", sql, str(out), "--json"])
+    assert json.loads(r.stdout) == {"accepted": 6, "generated": 12}
