@@ -73,6 +73,13 @@ CONCEPTS: tuple[Concept, ...] = (
        # > 1024` (a wrapper's check), `the prompt (167416 tokens) exceeds n_ctx_slot = 131072`
        rf"{_B}exceed\w*\s+(?:the\s+)?n{_S}ctx(?:{_S}(?:slot|seq))?{_E}",
        rf"{_B}(?:find|found|get){_S}(?:a{_S})?(?:free{_S})?(?:kv|memory){_S}(?:cache{_S})?slot",
+       # the prompt that does not fit told as a comparison, as runtimes word their check before any decode (LM
+       # Studio: `The number of tokens to keep from the initial prompt is greater than the context length (n_keep:
+       # 13055>= n_ctx: 4096)`, `the model is loaded with context length of only 32768 tokens, which is not enough`)
+       r"(?:greater|larger|longer|bigger)\s+than\s+(?:the\s+)?(?:model'?s?\s+|max(?:imum)?\s+|available\s+|allowed\s+)?"
+       rf"(?:context|n{_S}ctx){_E}",
+       rf"{_B}n{_S}keep\W{{0,3}}\d+\s*>=?\s*n{_S}ctx",
+       rf"{_B}(?:context{_S}(?:length|size|window)|n{_S}ctx){_E}[^.]{{0,40}}{_B}not{_S}enough{_E}",
        examples=("LLamaSharp.Exceptions.LLamaDecodeError: NoKvSlot",
                  "LLama.Exceptions.LLamaDecodeError: llama_decode failed: 'NoKvSlot'",
                  "DecodeResult.NoKvCacheSlot",
@@ -82,9 +89,21 @@ CONCEPTS: tuple[Concept, ...] = (
                  "error: the prompt (167416 tokens) exceeds n_ctx_slot = 131072",
                  "error: context full, cannot continue",
                  "panic: could not find a free kv slot",
-                 "Error: KvCacheFull"),
+                 "Error: KvCacheFull",
+                 "[ERROR] The number of tokens to keep from the initial prompt is greater than the context length. "
+                 "Try to load the model with a larger context length, or provide a shorter input.",
+                 'API Error: 400 {"error":"The number of tokens to keep from the initial prompt is greater than the '
+                 'context length (n_keep: 13055>= n_ctx: 4096)."}',
+                 "Trying to keep the first 111490 tokens when context the overflows. However, the model is loaded "
+                 "with context length of only 32768 tokens, which is not enough.",
+                 "error: input (5120 tokens) is larger than the maximum context size",
+                 "n_keep = 4200 >= n_ctx = 4096",
+                 "ValueError: n_ctx is not enough for this prompt"),
        not_examples=("The kv cache slot layout is described in the docs",
-                     "the context was full of useful examples", "raise n_ctx if the prompt exceeds it")),
+                     "the context was full of useful examples", "raise n_ctx if the prompt exceeds it",
+                     "a context larger than 8192 needs more memory", "the prompt is shorter than the context length",
+                     "the context you gave is not enough to reproduce it",
+                     "load it with a larger context length, which is enough for most prompts")),
     _c("compute_failed", "decode_failed",
        rf"{_B}failed{_S}to{_S}compute{_S}(?:the{_S})?graph",
        rf"{_B}graph{_S}compute\w*\s+failed",
@@ -292,7 +311,7 @@ _CUES = ("error", "fail", "exception", "abort", "assert", "fault", "throw", "ter
          "uncaught", "rejection", "server_error", "internalservererror", "server error", "   at ", "insufficient",
          "not enough", "killed", "panicked", "no longer running", "vk_error", "ur_result", "bus error",
          "floating point", "goroutine", "rax ", "rip ", "eax ", "eip ", " fp=0x", "inferior", "exited with",
-         "batch offset=", "bo: addr=")
+         "batch offset=", "bo: addr=", " than ", "n_keep")
 
 
 BY_NAME: dict[str, Concept] = {c.name: c for c in CONCEPTS}
