@@ -58,6 +58,8 @@ def test_a_batch_below_the_bars_keeps_its_after_score(batch: Path) -> None:
     assert round(s["field_accuracy"], 3) >= field and s["kind_right"] >= kinds and s["named"] >= named, s["misses"]
 
 
+# Batch 14, the last, was scored blind and never tuned for: it clears the bars as collected, so it is held to them
+# with the batches that cleared them after their rounds.
 @pytest.mark.parametrize("batch", [b for b in BATCHES if b.name not in UNTUNED and b.name not in BELOW_BARS],
                          ids=lambda p: p.name)
 def test_the_reader_clears_the_bars_on_every_blind_batch(batch: Path) -> None:
