@@ -70,34 +70,55 @@ def open_source(source: Source, name: str | None = None) -> Opened:
     if str(source) == "-":
         stdin = sys.stdin.buffer
         return _maybe_gzip(Opened(stdin, name or "<stdin>", None, stdin))
-    path = resolve_path(source)
+    given, issue = str(source), None
+    if "#" in given and not Path(given).exists() and Path(given.rsplit("#", 1)[0]).is_file():
+        given, issue = given.rsplit("#", 1)  # `issues.json#28`: one issue of a list of issues
+    path = resolve_path(given)
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed by the caller through Opened.stream
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return _maybe_gzip(Opened(fh, name or str(path), path.stat().st_size, fh))
+    label = f"{path}#{issue}" if issue is not None else str(path)
+    return _maybe_gzip(Opened(fh, name or label, path.stat().st_size, fh), issue)
 
 
-def _maybe_gzip(opened: Opened) -> Opened:
+def _maybe_gzip(opened: Opened, issue: str | None = None) -> Opened:
     """Decompress when the bytes say gzip (not the file name: pastes get renamed)."""
     stream = opened.stream
     if not hasattr(stream, "peek"):  # anything with peek will do (BufferedReader, GzipFile, ...)
         stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, stream)))
     head = cast(io.BufferedReader, stream).peek(2)[:2]
     opened.stream = cast(BinaryIO, GzipReader(stream, opened)) if head == b"\x1f\x8b" else stream
-    return _maybe_thread(opened)
+    return _maybe_thread(opened, issue)
 
 
-def _maybe_thread(opened: Opened) -> Opened:
-    """A GitHub thread's JSON (by content) is read as its parts' text; any other input is left as it is.
-    (A gzip is not looked into: its reader keeps what a truncation left, and a thread is never that big.)"""
-    from analyze.thread import MAX_THREAD, looks_like_json, read_thread
+def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
+    """A GitHub thread's JSON (by content) is read as its parts' text, `issue` the one of a list of issues to read;
+    any other input is left as it is. (A gzip is not looked into: its reader keeps what a truncation left, and a
+    thread is never that big.)"""
+    from analyze.thread import MAX_THREAD, issues_in, looks_like_json, read_thread
 
     stream = opened.stream
     if isinstance(stream, GzipReader) or not looks_like_json(cast(io.BufferedReader, stream).peek(64)[:64]):
+        if issue is not None:
+            stream.close()
+            raise InputError(f"{opened.name}: not a list of GitHub issues; pass the file without #{issue}")
         return opened
     data = stream.read(MAX_THREAD + 1)
-    thread = read_thread(data) if len(data) <= MAX_THREAD else None
+    if issue is not None:
+        issues = issues_in(data) if len(data) <= MAX_THREAD else {}
+        thread = issues.get(issue)
+        if thread is None:
+            stream.close()
+            if issues:
+                raise InputError(f"{opened.name}: no issue {issue} in this list of GitHub issues; pass the file "
+                                 "alone to read every issue in it")
+            if len(data) <= MAX_THREAD and read_thread(data) is not None:
+                raise InputError(f"{opened.name}: this file is one GitHub thread, not a list of issues; pass it "
+                                 f"without #{issue}")
+            raise InputError(f"{opened.name}: not a list of GitHub issues; pass the file without #{issue}")
+    else:
+        thread = read_thread(data) if len(data) <= MAX_THREAD else None
     if thread is None:  # JSON of another kind, or too big to be a thread: its bytes are the log
         opened.stream = cast(BinaryIO, io.BufferedReader(_Chain(data, stream)))
         return opened

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # A thread held in memory to be decoded as a whole; a bigger JSON input is read as text.
@@ -156,7 +157,9 @@ def thread_of(doc: Any) -> Thread | None:
     if _is_issue(doc):
         body, comments = _issue(doc)
         shape = "gh" if isinstance(doc.get("comments"), list) or "html_url" not in doc else "rest"
-        return Thread(shape, _text(doc.get("title")), _text(doc.get("html_url")), [body, *comments])
+        # gh's `url` is the issue's page; the REST API's is its API address, beside `html_url`
+        url = _text(doc.get("html_url")) or (_text(doc.get("url")) if shape == "gh" else "")
+        return Thread(shape, _text(doc.get("title")), url, [body, *comments])
     if isinstance(doc, list) and doc:
         items: list[Any] = []
         for item in doc:  # `jq -s . issue.json comments.json`: the issue, then its list of comments
@@ -182,12 +185,53 @@ def looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
-def read_thread(data: bytes) -> Thread | None:
-    """A GitHub thread from the bytes of a whole input, or None (not JSON, or JSON of another shape)."""
+def issues_of(doc: Any) -> dict[str, Thread]:
+    """The threads of a list of several issues (`gh issue list --json number,title,body,comments,url`), each by
+    its number (by its place in the list where the JSON has no numbers); empty for any other document."""
+    if not isinstance(doc, list) or len(doc) < 2 or not all(_is_issue(i) for i in doc):
+        return {}
+    out: dict[str, Thread] = {}
+    for place, issue in enumerate(doc, 1):
+        number = issue.get("number")
+        key = str(number) if isinstance(number, int) and str(number) not in out else f"item{place}"
+        thread = thread_of(issue)
+        if thread is not None:
+            out[key] = thread
+    return out
+
+
+def _decoded(data: bytes) -> Any:
+    """The JSON document of an input, or None when it is not JSON."""
     if not looks_like_json(data[:4096]):
         return None
     try:
-        doc = json.loads(data.removeprefix(b"\xef\xbb\xbf"))
+        return json.loads(data.removeprefix(b"\xef\xbb\xbf"))
     except (ValueError, RecursionError):  # not JSON (a log of JSON lines, a cut-off paste): read as text
         return None
-    return thread_of(doc)
+
+
+def thread_keys(path: Path) -> list[str] | None:
+    """What a file holds as GitHub threads (by content): None when it is not a thread, `[]` for one thread,
+    and each issue's key for a list of issues (each one report, `PATH#KEY`). A folder's `.json` files are read as
+    reports only when they are threads, so a session's manifest or a labels file beside them is left alone."""
+    try:
+        with open(path, "rb") as fh:
+            if not looks_like_json(fh.read(64)) or path.stat().st_size > MAX_THREAD:
+                return None
+            fh.seek(0)
+            doc = _decoded(fh.read())
+    except OSError:
+        return None
+    if thread_of(doc) is not None:
+        return []
+    return list(issues_of(doc)) or None
+
+
+def read_thread(data: bytes) -> Thread | None:
+    """A GitHub thread from the bytes of a whole input, or None (not JSON, or JSON of another shape)."""
+    return thread_of(_decoded(data))
+
+
+def issues_in(data: bytes) -> dict[str, Thread]:
+    """The issues of an input that is a list of issues, by the keys `thread_keys` gives them; empty otherwise."""
+    return issues_of(_decoded(data))

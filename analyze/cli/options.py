@@ -54,18 +54,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
-    """Files as given; a folder means every log in it (a session folder means its raw.log)."""
+    """Files as given; a folder means every log in it and every GitHub thread saved as `.json` (`gh issue view
+    N --json ... > N.json`), other JSON files left alone (a session folder means its raw.log); a list of issues
+    (`gh issue list --json number,title,body,comments,url`) means each of its issues, `PATH#NUMBER`."""
+    from analyze.thread import thread_keys
     from capture.session import is_session
 
     for src in sources:
         path = Path(src)
         if src != "-" and path.is_dir() and not is_session(path):
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOG_SUFFIXES)
+            found = [p for p in sorted(path.rglob("*")) if p.is_file() and (
+                p.suffix in LOG_SUFFIXES or (p.suffix == ".json" and thread_keys(p) is not None))]
             if not found:
-                fail(f"{src}: no .log/.txt/.md/.gz files in this folder")
-            yield from (str(p) for p in found)
+                fail(f"{src}: no .log/.txt/.md/.gz files or GitHub threads (.json) in this folder")
+            for p in found:
+                yield from _issues(str(p))
         else:
-            yield src
+            yield from _issues(src)
+
+
+def _issues(src: str) -> Iterator[str]:
+    """A file as given, or each issue of a list of issues in it."""
+    from analyze.thread import thread_keys
+
+    path = Path(src)
+    keys = thread_keys(path) if src != "-" and path.is_file() and path.suffix not in (".gz",) else None
+    if keys:
+        yield from (f"{src}#{key}" for key in keys)
+    else:
+        yield src
 
 
 def warn(message: str) -> None:

@@ -223,3 +223,63 @@ def test_a_title_is_not_read() -> None:
     title = json.loads(SEED_GH.read_text())["title"]
     assert "Y = 1360" in title
     assert verdict(gh_json("no log here", title=title))["kind"] == "no_log"
+
+
+def gh_issue_list(reports: Sequence[tuple[int, str]]) -> bytes:
+    """`gh issue list --json number,title,body,comments,url` output: a list of issues in gh's field names, the seed
+    thread's own (tests/fixtures/github/beellama-28.gh.json) first, then each report as an issue's body."""
+    seed = json.loads(SEED_GH.read_text(encoding="utf-8"))
+    issues = [{**seed, "number": 28, "url": "https://github.com/Anbeeld/beellama.cpp/issues/28"}]
+    issues += [{**json.loads(gh_json(report(name), title=name)), "number": number,
+                "url": f"https://github.com/o/r/issues/{number}"} for number, name in reports]
+    return json.dumps(issues, indent=2).encode()
+
+
+LISTED = ((7, "33_llamafile-244-epoch-prefix-kv-free-space.log"), (9, REST_NAMES[0]))
+
+
+def _triage_rows(*args: str) -> tuple[int, list[dict[str, str]], str]:
+    import csv
+
+    run = subprocess.run([sys.executable, "-m", "analyze", "triage", "--table", "--csv", *args], capture_output=True,
+                         text=True)
+    return run.returncode, list(csv.DictReader(run.stdout.splitlines())), run.stderr
+
+
+def test_a_list_of_issues_is_one_report_each(tmp_path: Path, plain: dict[str, dict[str, Any]]) -> None:
+    """A maintainer's `gh issue list --json ...` of open bugs: each issue is triaged on its own, `FILE#NUMBER`,
+    with the verdict its paste gives; `FILE#NUMBER` reads that issue alone."""
+    issues = tmp_path / "bugs.json"
+    issues.write_bytes(gh_issue_list(LISTED))
+    code, rows, _ = _triage_rows(str(issues))
+    assert code == 0
+    assert sorted(r["report"] for r in rows) == ["bugs.json#28", "bugs.json#7", "bugs.json#9"]
+    by = {r["report"]: r for r in rows}
+    assert (by["bugs.json#28"]["signature"], by["bugs.json#28"]["y"]) == ("stale_drafter_kv", "1361")
+    for number, name in LISTED:
+        assert by[f"bugs.json#{number}"]["kind"] == plain[name]["kind"]
+    one = analyze.parse(f"{issues}#9").verdict.to_dict()
+    same_verdict(one, plain[REST_NAMES[0]])
+    assert one["thread"]["url"] == "https://github.com/o/r/issues/9" and one["source"].endswith("bugs.json#9")
+
+
+def test_a_folder_of_saved_threads_is_read_and_other_json_is_left_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "28.json").write_bytes(SEED_GH.read_bytes())  # gh issue view 28 --json ... > 28.json
+    (folder / "open.json").write_bytes(gh_issue_list(LISTED[:1]))
+    (folder / "labels.json").write_text('{"28.json": {"expected": {"kind": "x"}}}')  # JSON that is no thread
+    (folder / "server.log").write_bytes((CORPUS / SEED).read_bytes())
+    code, rows, _ = _triage_rows(str(folder))
+    assert code == 0
+    assert sorted(r["report"] for r in rows) == ["28.json", "open.json#28", "open.json#7", "server.log"]
+
+
+def test_an_issue_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    issues = tmp_path / "bugs.json"
+    issues.write_bytes(gh_issue_list(LISTED))
+    for source, says in ((f"{issues}#5", "no issue 5 in this list of GitHub issues; pass the file alone"),
+                         (f"{SEED_GH}#28", "this file is one GitHub thread, not a list of issues; pass it without #28"),
+                         (f"{CORPUS / SEED}#2", "not a list of GitHub issues; pass the file without #2")):
+        run = subprocess.run([sys.executable, "-m", "analyze", "triage", source], capture_output=True, text=True)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
