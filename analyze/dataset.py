@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 EXTRA = "kvtrace[cluster]"
 LOG_TABLES = ("batches", "kv", "errors", "events", "meta")
 TABLES = (*LOG_TABLES, "verdicts")
-VERDICT_COLUMNS = ("source", "error", "kind", "component", "signature", "spec_type", "build", "gpus", "seq_id",
+VERDICT_COLUMNS = ("source", "error", "kind", "component", "signature", "failure", "spec_type", "build", "gpus", "seq_id",
                    "last_pos", "batch_start", "n_position_errors", "n_errors", "n_batches", "n_resets",
                    "accepted", "generated", "acceptance", "synthetic", "n_stale_trims", "lines", "truncated", "summary",
                    "warnings")
@@ -80,7 +80,8 @@ def verdict_row(p: Parsed) -> dict[str, Any]:
     v = p.result.verdict
     m = match_signature(p.result)
     acc = v.acceptance or {}
-    row.update(kind=v.kind, component=v.component, signature=m.name, spec_type=m.env.spec_type or None,
+    row.update(kind=v.kind, component=v.component, signature=m.name, failure=m.match.identity or None,
+               spec_type=m.env.spec_type or None,
                build=m.env.build or None, gpus=m.env.n_gpus or None, seq_id=v.seq_id, last_pos=v.last_pos,
                batch_start=v.batch_start, n_position_errors=int(v.n_position_errors), n_errors=v.n_errors,
                n_batches=v.n_batches, n_resets=v.n_resets, accepted=acc.get("accepted"),
@@ -99,7 +100,7 @@ def _verdicts_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df["acceptance"] = df["acceptance"].astype("Float64")
     for col in ("truncated", "synthetic"):  # synthetic: the server made the acceptance up (not the drafter's)
         df[col] = df[col].astype("boolean")
-    for col in ("error", "kind", "component", "signature", "spec_type", "build", "summary", "warnings"):
+    for col in ("error", "kind", "component", "signature", "failure", "spec_type", "build", "summary", "warnings"):
         df[col] = df[col].astype("string")
     return df
 

@@ -22,6 +22,7 @@ from analyze.concepts import CONCEPT_PREFIX
 from analyze.cycles import CycleStats, cycle_stats
 from analyze.definitions import stale_drafter
 from analyze.devices import devices_holding
+from analyze.normalize import message
 from analyze.records import lines_of, opt_int
 from analyze.verdict import failing_side
 
@@ -151,6 +152,9 @@ class Match:
     evidence: tuple[tuple[int, str], ...] = ()
     facts: dict[str, Any] = field(default_factory=dict)
     key: str = ""  # what separates reports of this signature into finer clusters (variant, spec type)
+    # the failure's own words where they tell one bug from another (an assert's condition, a CUDA error, a load
+    # error), numbers and paths left out: triage clusters on it too, so two different asserts are two clusters
+    identity: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -202,6 +206,45 @@ def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
     if ev_line is not None and row["evidence"] and all(n != ev_line for n, _ in keep):
         keep.append((ev_line, str(row["evidence"]).strip()))
     return keep
+
+
+# the failure's own words, as builds and runtimes vary them: an assert's condition in either of GGML_ASSERT's forms
+# (2023's `GGML_ASSERT: ggml.c:4000: cond`) or libc's; a GPU backend's error from its name on (a runtime's words
+# before it left out); paths cut to their file name; line numbers, addresses and other numbers left out
+_ASSERTED = re.compile(r"GGML_ASSERT\((?P<cond>.*?)\)\s*failed|GGML_ASSERT: [^:\s]+:\d+: (?P<old>.+)"
+                       r"|Assertion [`'\"](?P<libc>.+?)[`'\"] failed|Assertion failed: (?P<msvc>.+?), file ")
+_BACKEND_ERROR = re.compile(r"(?:CUDA|HIP|ROCm|SYCL|MUSA|CANN|Metal|Vulkan|OpenCL) error\b.*")
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\\/]?(?:[\w.~@+=-]+[\\/])+(?P<base>[\w.+=-]+)")
+_LINE_NO = re.compile(r"(\.\w{1,4}):\d+(?::\d+)?")
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?!\w)")
+
+
+# llama.cpp's load error, nested as it re-raises it (`error loading model: error loading model architecture: ...`)
+_LOAD_ERROR = re.compile(r"error loading model(?: architecture)?:")
+
+
+def failure_words(line: str) -> str:
+    """What a failure line says, in the words that tell one bug from another: `GGML_ASSERT(cond)`, `CUDA error:
+    out of memory`, a load error's message, without the paths, line numbers and sizes that differ between runs."""
+    text = message(line)
+    if (m := _ASSERTED.search(text)) is not None:
+        ggml = m["cond"] if m["cond"] is not None else m["old"]
+        return f"GGML_ASSERT({ggml.strip()})" if ggml is not None else f"assert({(m['libc'] or m['msvc']).strip()})"
+    if (b := _BACKEND_ERROR.search(text)) is not None:
+        text = b.group(0)
+    text = _NUMBER.sub("N", _HEX.sub("0x…", _LINE_NO.sub(r"\1", _PATH.sub(lambda p: p["base"], text))))
+    return " ".join(text.split())[:120]
+
+
+def _identity(row: pd.Series) -> str:
+    """A failure's identity for clustering: its words (`failure_words`), or the concept that read a runtime's
+    words (a report's prose is no identity)."""
+    variant = str(row["variant"])
+    if variant.startswith(CONCEPT_PREFIX):
+        return variant
+    lines = lines_of(row["lines"])
+    return failure_words(lines[0][1]) if lines else variant
 
 
 def _block_lines(row: pd.Series, limit: int = 4) -> list[tuple[int, str]]:
@@ -333,7 +376,8 @@ def rule_spec_assert(result: ParseResult, _c: CycleStats) -> Match | None:
     row = drafter.iloc[0] if len(drafter) else rows.iloc[0]
     return Match(f"llama.cpp aborted in the speculative path ({row['variant']}, {row['component']} side); "
                  f"{len(rows)} abort{'s' if len(rows) != 1 else ''} in the log.",
-                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
+                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]),
+                 identity=_identity(row))
 
 
 def rule_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:
@@ -453,9 +497,11 @@ def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
         return None
     _, row = found
     lines = lines_of(row["lines"])
-    what = (lines[0][1] if lines else "").split("error loading model:", 1)[-1].strip()[:160]
+    what = _LOAD_ERROR.split(lines[0][1] if lines else "")[-1].strip()[:160]
     return Match(f"a start-up failure: the model did not load ({what}); the server stopped before serving.",
-                 tuple(_block_lines(row)), {"what": what}, key="split_buffers" if "split buffers" in what else "load")
+                 tuple(_block_lines(row)), {"what": what}, key="split_buffers" if "split buffers" in what else "load",
+                 identity=failure_words(what) if what and not str(row["variant"]).startswith(CONCEPT_PREFIX)
+                 else _identity(row))
 
 
 HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers
@@ -485,7 +531,8 @@ def rule_abort_outside_spec(result: ParseResult, _c: CycleStats) -> Match | None
     rows, row = found
     return Match(f"llama.cpp aborted ({row['variant']}) in a run without speculative decoding; "
                  f"{len(rows)} abort{'s' if len(rows) != 1 else ''} in the log.",
-                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]))
+                 tuple(_block_lines(row)), {"n": len(rows), "variant": str(row["variant"])}, key=str(row["variant"]),
+                 identity=_identity(row))
 
 
 def rule_draft_kv_full(result: ParseResult, _c: CycleStats) -> Match | None:

@@ -1,7 +1,9 @@
 """Many reports at once: one row per log with its signature, clustered so the same bug sits together.
 
-Rows sort by signature (catalogue order: most specific first), then failing side, then a similarity key
-(the rule's key: variant, spec type), then name; a cluster is one (signature, side) pair. Parsing runs in
+Rows sort by signature (catalogue order: most specific first), then failing side, then the failure's own words
+where they tell one bug from another (an assert's condition, a CUDA error, a load error: `failure`), then a
+similarity key (the rule's key: variant, spec type), then name; a cluster is one (signature, side, failure). Parsing
+runs in
 worker processes with `jobs` > 1 (each worker returns a small row, not the tables).
 """
 
@@ -40,6 +42,7 @@ class TriageRow:
     build: str
     gpus: int | None
     acceptance: float | str | None  # "synthetic" where the server chose what was accepted
+    failure: str = ""  # the failure's own words where they tell one bug from another (Match.identity)
     cluster: int = 0
     source: str = ""
     error: str = ""  # the one-line reason a log could not be read (then the rest is empty)
@@ -48,7 +51,7 @@ class TriageRow:
 
 
 COLUMNS = ("cluster", "report", "signature", "side", "key", "kind", "seq_id", "x", "y", "position_errors",
-           "failures", "spec_type", "build", "gpus", "acceptance")
+           "failures", "spec_type", "build", "gpus", "acceptance", "failure")
 
 
 def _name(source: str) -> str:
@@ -74,7 +77,7 @@ def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) ->
         x=v.last_pos, y=v.batch_start, position_errors=int(v.n_position_errors), failures=len(result.errors),
         spec_type=m.env.spec_type, build=m.env.build, gpus=m.env.n_gpus or None,
         acceptance="synthetic" if (v.acceptance or {}).get("synthetic") else (v.acceptance or {}).get("rate"),
-        source=source, truncated=result.truncated, warnings=tuple(result.warnings),
+        failure=m.match.identity, source=source, truncated=result.truncated, warnings=tuple(result.warnings),
     )
 
 
@@ -99,11 +102,11 @@ def triage_rows(sources: Iterable[str], jobs: int = 1, progress: bool = False) -
 def cluster(rows: list[TriageRow]) -> list[TriageRow]:
     """Sorted so reports of one bug sit together, each with its cluster number (1, 2, ...)."""
     good = sorted((r for r in rows if not r.error),
-                  key=lambda r: (ORDER.get(r.signature, len(ORDER)), r.side, r.key, r.spec_type, r.report))
+                  key=lambda r: (ORDER.get(r.signature, len(ORDER)), r.side, r.failure, r.key, r.spec_type, r.report))
     n, last = 0, None
     for r in good:
-        if (r.signature, r.side) != last:
-            n, last = n + 1, (r.signature, r.side)
+        if (r.signature, r.side, r.failure) != last:
+            n, last = n + 1, (r.signature, r.side, r.failure)
         r.cluster = n
     return good
 

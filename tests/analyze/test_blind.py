@@ -24,8 +24,20 @@ BATCHES = sorted(p for p in BLIND.iterdir() if (p / "labels.json").is_file())
 SAME_BUG = (
     ("batch-2/06_llama-cpp-python-1855-invalid-logits-id-minus1-zsh-segfault.txt",
      "batch-2/07_gpustack-2387-llama-box-gemma3-image-invalid-logits-bracket-ts.txt"),
-    ("batch-1/03_wasmedge-wasinn-70-2023-old-assert-format-zsh-abort.txt",
-     "batch-1/04_llamacpp-3058-2023-ggml-alloc-assert-abort-trap.txt"),
+    # one scheduler assert reached from llama.cpp and from ollama (after batch 14 was scored: clustering only)
+    ("batch-14/03_ggml-org-llama.cpp-24132-gemma4-sched-split-inputs-assert.txt",
+     "batch-14/27_ollama-ollama-16506-ggml-assert-split-inputs.txt"),
+)
+# One cause (a batch smaller than the tokens it was given) tripping two different checks: one signature and side,
+# but triage's clusters follow the failing check's words, so each check is a cluster of its own
+SAME_CAUSE_OTHER_CHECKS = ("batch-1/03_wasmedge-wasinn-70-2023-old-assert-format-zsh-abort.txt",
+                           "batch-1/04_llamacpp-3058-2023-ggml-alloc-assert-abort-trap.txt")
+# Reports of different bugs under one signature: different asserts, a CUDA error other than out of memory
+OTHER_BUGS = (
+    ("batch-14/24_ollama-ollama-9515-ggml-assert-unary-init.txt",
+     "batch-14/28_ollama-ollama-7590-ggml-assert-mllama-sigsegv.txt"),
+    ("batch-14/15_ggml-org-llama.cpp-13909-deepseek-r1-cuda-illegal-memory-access.txt",
+     "batch-14/21_ollama-ollama-3237-cuda-oom-ggml-assert.txt"),
 )
 
 
@@ -70,11 +82,27 @@ def test_the_reader_clears_the_bars_on_every_blind_batch(batch: Path) -> None:
     assert s["named_share"] >= 0.8, s["misses"]
 
 
+def _cluster_of(name: str) -> tuple[str, str, str]:
+    """What triage --table clusters a report by: its signature, its side and its failure's own words."""
+    result = analyze.parse(read(BLIND / name, True), name=name)
+    m = match_signature(result)
+    assert m.signature.failure
+    return m.name, result.verdict.component, m.match.identity
+
+
 @pytest.mark.parametrize("reports", SAME_BUG, ids=lambda r: r[0].split("/")[1][:20])
 def test_reports_of_one_bug_share_a_cluster(reports: tuple[str, ...]) -> None:
-    clusters = set()
-    for name in reports:
-        m = match_signature(analyze.parse(read(BLIND / name, True), name=name))
-        assert m.signature.failure
-        clusters.add((m.name, m.match.key))
+    clusters = {_cluster_of(name) for name in reports}
     assert len(clusters) == 1, clusters
+
+
+@pytest.mark.parametrize("reports", OTHER_BUGS, ids=lambda r: r[0].split("/")[1][:20])
+def test_reports_of_other_bugs_under_one_signature_are_apart(reports: tuple[str, ...]) -> None:
+    clusters = [_cluster_of(name) for name in reports]
+    assert len({c[0] for c in clusters}) == 1 and len(set(clusters)) == len(reports), clusters
+
+
+def test_one_cause_through_two_checks_shares_signature_and_side_not_cluster() -> None:
+    (sig_a, side_a, words_a), (sig_b, side_b, words_b) = map(_cluster_of, SAME_CAUSE_OTHER_CHECKS)
+    assert (sig_a, side_a) == (sig_b, side_b) == ("abort_outside_speculation", "target")
+    assert (words_a, words_b) == ("GGML_ASSERT(n_tokens <= n_batch)", 'GGML_ASSERT(!"not enough space in the buffer")')

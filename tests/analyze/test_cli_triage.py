@@ -43,16 +43,16 @@ def test_triage_table_exact_output() -> None:
     assert out == (
         "4 reports, 3 clusters\n\n"
         "| cluster | report | signature | side | key | kind | seq_id | x | y | position_errors | failures | spec_type "
-        "| build | gpus | acceptance |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| build | gpus | acceptance | failure |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         "| 1 | 01\\_beellama-27-dflash-drafter-consecutive.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 587 | 641 | 3 | 3 |  |  |  |  |\n"
+        "inconsistent\\_positions | 0 | 587 | 641 | 3 | 3 |  |  |  |  |  |\n"
         "| 1 | 00\\_beellama-28-multigpu-dflash-seed.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 259 | 1361 | 3 | 3 | dflash | 9459-07ac3cec6 | 2 |  |\n"
+        "inconsistent\\_positions | 0 | 259 | 1361 | 3 | 3 | dflash | 9459-07ac3cec6 | 2 |  |  |\n"
         "| 2 | 13\\_llamacpp-4185-docker-compose-kv-free-space.log | kv\\_cache\\_full | target | no\\_free\\_space | "
-        "kv\\_slot |  |  |  | 0 | 1 |  |  |  |  |\n"
+        "kv\\_slot |  |  |  | 0 | 1 |  |  |  |  |  |\n"
         "| 3 | 16\\_club3090-1106-deepseek-draft-acceptance-OK.log | healthy\\_speculative | unknown |  | "
-        "draft\\_stats\\_only |  |  |  | 0 | 0 |  |  |  | 74.0% |\n"
+        "draft\\_stats\\_only |  |  |  | 0 | 0 |  |  |  | 74.0% |  |\n"
     )
 
 

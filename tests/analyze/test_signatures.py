@@ -382,3 +382,34 @@ def test_ggml_s_fatal_error_line_is_an_abort_named_by_the_run_it_is_in(line: str
 def test_a_compiler_s_fatal_error_is_not_ggml_s_abort() -> None:
     text = b"/src/llama.cpp/ggml/src/ggml-cuda/fattn.cu:574:10: fatal error: cuda.h: No such file or directory\n"
     assert analyze.parse(text).errors.empty
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("/home/u/llama.cpp/ggml/src/ggml.c:13458: GGML_ASSERT(i01 >= 0 && i01 < ne01) failed",
+     "GGML_ASSERT(i01 >= 0 && i01 < ne01)"),
+    ("D:/a/llama.cpp/llama.cpp/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed", "GGML_ASSERT(buffer)"),
+    ("GGML_ASSERT: /Users/runner/llama.cpp/ggml.c:4000: ctx->mem_buffer != NULL", "GGML_ASSERT(ctx->mem_buffer != NULL)"),
+    ("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234", "assert(n_tokens <= n_batch)"),
+    ("llama-server: llama.cpp:99: int main(): Assertion `ctx != nullptr' failed.", "assert(ctx != nullptr)"),
+    ("0.01.100.200 E CUDA error: out of memory", "CUDA error: out of memory"),
+    ("Error: an unknown error was encountered while running the model CUDA error: out of memory",
+     "CUDA error: out of memory"),
+    ("  current device: 0, in function alloc at /build/ggml-cuda.cu:412", "current device: N, in function alloc at "
+     "ggml-cuda.cu"),
+    ("check_tensor_dims: tensor 'blk.0.attn_q_b.weight' has wrong shape; expected  1536, 24576, got  1536, 16384",
+     "check_tensor_dims: tensor 'blk.0.attn_q_b.weight' has wrong shape; expected N, N, got N, N"),
+    ("ggml_vulkan: Device memory allocation of size 1073741824 failed at 0x7f3a", "ggml_vulkan: Device memory "
+     "allocation of size N failed at 0x…"),
+])
+def test_failure_words_keep_what_tells_one_bug_from_another(line: str, words: str) -> None:
+    from analyze.signatures import failure_words
+
+    assert failure_words(line) == words
+
+
+def test_a_nested_load_error_is_named_by_its_innermost_message(tmp_path: Path) -> None:
+    log = tmp_path / "load.log"
+    log.write_text("llama_model_load: error loading model: error loading model architecture: unknown model "
+                   "architecture: 'pangu-embedded'\nllama_load_model_from_file: failed to load model\n")
+    m = match_signature(analyze.parse(log))
+    assert m.name == "model_load_failed" and m.match.identity == "unknown model architecture: 'pangu-embedded'"
