@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 EXTRA = "kvtrace[cluster]"
 LOG_TABLES = ("batches", "kv", "errors", "events", "meta")
 TABLES = (*LOG_TABLES, "verdicts")
-VERDICT_COLUMNS = ("source", "error", "kind", "component", "signature", "failure", "spec_type", "build", "gpus", "seq_id",
-                   "last_pos", "batch_start", "n_position_errors", "n_errors", "n_batches", "n_resets",
+VERDICT_COLUMNS = ("source", "error", "kind", "component", "signature", "failure", "spec_type", "build", "gpus",
+                   "seq_id", "last_pos", "batch_start", "n_position_errors", "n_errors", "n_batches", "n_resets",
                    "accepted", "generated", "acceptance", "synthetic", "n_stale_trims", "lines", "truncated", "summary",
                    "warnings")
 

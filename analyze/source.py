@@ -119,6 +119,9 @@ def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
             raise InputError(f"{opened.name}: not a list of GitHub issues; pass the file without #{issue}")
     else:
         thread = read_thread(data) if len(data) <= MAX_THREAD else None
+        if thread is None and len(data) <= MAX_THREAD and (issues := issues_in(data)):
+            opened.warnings.append(f"{opened.name}: a list of {len(issues)} GitHub issues, read here as one text; "
+                                   "kvtrace triage --table FILE reads each issue as its own report")
     if thread is None:  # JSON of another kind, or too big to be a thread: its bytes are the log
         opened.stream = cast(BinaryIO, io.BufferedReader(_Chain(data, stream)))
         return opened

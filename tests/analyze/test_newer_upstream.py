@@ -276,3 +276,9 @@ def test_a_fleets_sql_can_leave_synthetic_runs_out_and_count_trims(tmp_path: Pat
     sql = "SELECT sum(accepted) AS accepted, sum(generated) AS generated FROM verdicts WHERE NOT synthetic"
     r = CliRunner().invoke(cli, ["query", sql, str(out), "--json"])
     assert json.loads(r.stdout) == {"accepted": 6, "generated": 12}
+    # and what triage clusters on, to group a fleet's aborts by their check
+    crash = _log(tmp_path, ["/src/llama.cpp/ggml/src/ggml.c:1234: GGML_ASSERT(buffer) failed"], "crash.log")
+    assert CliRunner().invoke(cli, ["parse", "--dataset", "-o", str(out), str(crash)]).exit_code == 0
+    r = CliRunner().invoke(cli, ["query", "SELECT signature, failure FROM verdicts WHERE failure IS NOT NULL",
+                                 str(out), "--json"])
+    assert json.loads(r.stdout) == {"signature": "abort_outside_speculation", "failure": "GGML_ASSERT(buffer)"}

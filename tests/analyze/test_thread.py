@@ -283,3 +283,12 @@ def test_an_issue_that_is_not_there_is_one_line(tmp_path: Path) -> None:
                          (f"{CORPUS / SEED}#2", "not a list of GitHub issues; pass the file without #2")):
         run = subprocess.run([sys.executable, "-m", "analyze", "triage", source], capture_output=True, text=True)
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
+
+
+def test_a_list_of_issues_read_as_one_input_says_how_to_read_each(tmp_path: Path) -> None:
+    """The dashboard's upload (bytes) and `parse -` read one input: a list of issues is read as its text, with a
+    warning that names the command reading each issue."""
+    result = analyze.parse(gh_issue_list(LISTED), name="bugs.json")
+    assert result.thread is None
+    assert result.warnings == ["bugs.json: a list of 3 GitHub issues, read here as one text; kvtrace triage --table "
+                               "FILE reads each issue as its own report"]
