@@ -227,12 +227,13 @@ _LOAD_ERROR = re.compile(r"error loading model(?: architecture)?:")
 def failure_words(line: str) -> str:
     """What a failure line says, in the words that tell one bug from another: `GGML_ASSERT(cond)`, `CUDA error:
     out of memory`, a load error's message, without the paths, line numbers and sizes that differ between runs."""
-    text = message(line)
+    text = message(line)[:2000]  # the words are at a line's start; a pasted line can be 1 MB, and these scan it
     if (m := _ASSERTED.search(text)) is not None:
         ggml = m["cond"] if m["cond"] is not None else m["old"]
         return f"GGML_ASSERT({ggml.strip()})" if ggml is not None else f"assert({(m['libc'] or m['msvc']).strip()})"
     if (b := _BACKEND_ERROR.search(text)) is not None:
         text = b.group(0)
+    text = text[:400]  # 120 characters are kept
     text = _NUMBER.sub("N", _HEX.sub("0x…", _LINE_NO.sub(r"\1", _PATH.sub(lambda p: p["base"], text))))
     return " ".join(text.split())[:120]
 

@@ -413,3 +413,13 @@ def test_a_nested_load_error_is_named_by_its_innermost_message(tmp_path: Path) -
                    "architecture: 'pangu-embedded'\nllama_load_model_from_file: failed to load model\n")
     m = match_signature(analyze.parse(log))
     assert m.name == "model_load_failed" and m.match.identity == "unknown model architecture: 'pangu-embedded'"
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("line", ["GGML_ASSERT(" * 100_000, "Assertion '" + "x" * 1_000_000, "/a" * 500_000,
+                                  "CUDA error " + "1." * 500_000])
+def test_failure_words_stay_fast_on_a_pasted_megabyte_line(line: str) -> None:
+    """A stranger's paste can hold a 1 MB line; its first 2,000 characters are what is read."""
+    from analyze.signatures import failure_words
+
+    assert len(failure_words(line)) <= 120
