@@ -96,7 +96,7 @@ def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
     """A GitHub thread's JSON (by content) is read as its parts' text, `issue` the one of a list of issues to read;
     any other input is left as it is. (A gzip is not looked into: its reader keeps what a truncation left, and a
     thread is never that big.)"""
-    from analyze.thread import MAX_THREAD, issues_in, looks_like_json, read_thread
+    from analyze.thread import MAX_THREAD, decode_json, issues_of, looks_like_json, thread_of
 
     stream = opened.stream
     if isinstance(stream, GzipReader) or not looks_like_json(cast(io.BufferedReader, stream).peek(64)[:64]):
@@ -105,21 +105,22 @@ def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
             raise InputError(f"{opened.name}: not a list of GitHub issues; pass the file without #{issue}")
         return opened
     data = stream.read(MAX_THREAD + 1)
+    doc = decode_json(data) if len(data) <= MAX_THREAD else None  # decoded once: a thread, a list of issues, or none
+    issues = issues_of(doc)
     if issue is not None:
-        issues = issues_in(data) if len(data) <= MAX_THREAD else {}
         thread = issues.get(issue)
         if thread is None:
             stream.close()
             if issues:
                 raise InputError(f"{opened.name}: no issue {issue} in this list of GitHub issues; pass the file "
                                  "alone to read every issue in it")
-            if len(data) <= MAX_THREAD and read_thread(data) is not None:
+            if thread_of(doc) is not None:
                 raise InputError(f"{opened.name}: this file is one GitHub thread, not a list of issues; pass it "
                                  f"without #{issue}")
             raise InputError(f"{opened.name}: not a list of GitHub issues; pass the file without #{issue}")
     else:
-        thread = read_thread(data) if len(data) <= MAX_THREAD else None
-        if thread is None and len(data) <= MAX_THREAD and (issues := issues_in(data)):
+        thread = thread_of(doc)
+        if thread is None and issues:
             opened.warnings.append(f"{opened.name}: a list of {len(issues)} GitHub issues, read here as one text; "
                                    "kvtrace triage --table FILE reads each issue as its own report")
     if thread is None:  # JSON of another kind, or too big to be a thread: its bytes are the log

@@ -200,7 +200,7 @@ def issues_of(doc: Any) -> dict[str, Thread]:
     return out
 
 
-def _decoded(data: bytes) -> Any:
+def decode_json(data: bytes) -> Any:
     """The JSON document of an input, or None when it is not JSON."""
     if not looks_like_json(data[:4096]):
         return None
@@ -219,7 +219,7 @@ def thread_keys(path: Path) -> list[str] | None:
             if not looks_like_json(fh.read(64)) or path.stat().st_size > MAX_THREAD:
                 return None
             fh.seek(0)
-            doc = _decoded(fh.read())
+            doc = decode_json(fh.read())
     except OSError:
         return None
     if thread_of(doc) is not None:
@@ -229,9 +229,5 @@ def thread_keys(path: Path) -> list[str] | None:
 
 def read_thread(data: bytes) -> Thread | None:
     """A GitHub thread from the bytes of a whole input, or None (not JSON, or JSON of another shape)."""
-    return thread_of(_decoded(data))
+    return thread_of(decode_json(data))
 
-
-def issues_in(data: bytes) -> dict[str, Thread]:
-    """The issues of an input that is a list of issues, by the keys `thread_keys` gives them; empty otherwise."""
-    return issues_of(_decoded(data))

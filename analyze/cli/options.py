@@ -57,32 +57,30 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
     """Files as given; a folder means every log in it and every GitHub thread saved as `.json` (`gh issue view
     N --json ... > N.json`), other JSON files left alone (a session folder means its raw.log); a list of issues
     (`gh issue list --json number,title,body,comments,url`) means each of its issues, `PATH#NUMBER`."""
-    from analyze.thread import thread_keys
     from capture.session import is_session
 
     for src in sources:
         path = Path(src)
         if src != "-" and path.is_dir() and not is_session(path):
-            found = [p for p in sorted(path.rglob("*")) if p.is_file() and (
-                p.suffix in LOG_SUFFIXES or (p.suffix == ".json" and thread_keys(p) is not None))]
+            found = [report for p in sorted(path.rglob("*")) if p.is_file() and p.suffix in {*LOG_SUFFIXES, ".json"}
+                     for report in _reports(str(p), threads_only=p.suffix == ".json")]
             if not found:
                 fail(f"{src}: no .log/.txt/.md/.gz files or GitHub threads (.json) in this folder")
-            for p in found:
-                yield from _issues(str(p))
+            yield from found
         else:
-            yield from _issues(src)
+            yield from _reports(src)
 
 
-def _issues(src: str) -> Iterator[str]:
-    """A file as given, or each issue of a list of issues in it."""
+def _reports(src: str, threads_only: bool = False) -> list[str]:
+    """A file as given, or each issue of a list of issues in it; `threads_only`: nothing unless it holds a thread
+    (a folder's other JSON files are no reports)."""
     from analyze.thread import thread_keys
 
     path = Path(src)
-    keys = thread_keys(path) if src != "-" and path.is_file() and path.suffix not in (".gz",) else None
+    keys = thread_keys(path) if src != "-" and path.is_file() and path.suffix != ".gz" else None
     if keys:
-        yield from (f"{src}#{key}" for key in keys)
-    else:
-        yield src
+        return [f"{src}#{key}" for key in keys]
+    return [] if threads_only and keys is None else [src]
 
 
 def warn(message: str) -> None:
