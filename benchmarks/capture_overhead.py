@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capture.session import KEY_LIVE, RAW_LOG, log_of, read_manifest  # noqa: E402
+from analyze.reader.session import KEY_LIVE, RAW_LOG, log_of, read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")

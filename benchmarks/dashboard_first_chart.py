@@ -157,7 +157,7 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, ch
     from playwright.sync_api import sync_playwright
 
     from analyze.dashboard.launch import streamlit_command
-    from capture.session import free_port
+    from analyze.reader.session import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}

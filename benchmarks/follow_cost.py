@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, built once and shared
 
-from capture.session import KEY_END, KEY_STOP_REASON, log_of, manifest_of  # noqa: E402
+from analyze.reader.session import KEY_END, KEY_STOP_REASON, log_of, manifest_of  # noqa: E402
 
 REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capture.session import KEY_LIVE, RAW_LOG, free_port, log_of, read_manifest  # noqa: E402
+from analyze.reader.session import KEY_LIVE, RAW_LOG, free_port, log_of, read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")

@@ -40,7 +40,7 @@ SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
 SESSIONS = ROOT / "scenario-sessions"  # where benchmarks/scenarios.py puts its captures by default
 sys.path.insert(0, str(ROOT))
 
-from capture.session import RAW_LOG, log_of  # noqa: E402
+from analyze.reader.session import RAW_LOG, log_of  # noqa: E402
 
 
 def engine_log(fault: str) -> Path:
@@ -109,7 +109,7 @@ def real_captures(extra: list[Path]) -> list[Path]:
 CHILD = """
 import resource, sys, time
 t0 = time.perf_counter()
-import analyze.parser  # the reader and pandas: a fixed start-up cost, reported apart
+import analyze.reader.parser  # the reader and pandas: a fixed start-up cost, reported apart
 imp = time.perf_counter() - t0
 import analyze
 jobs = int(sys.argv[2])
@@ -131,8 +131,8 @@ def child_env(pure: bool) -> dict[str, str]:
 
 
 def accelerated(pure: bool) -> bool:
-    """Whether the parse children read with the C accelerator (analyze/_skim.c)."""
-    out = subprocess.run([sys.executable, "-c", "from analyze import walker; print(walker._skim is not None)"],
+    """Whether the parse children read with the C accelerator (analyze/reader/_skim.c)."""
+    out = subprocess.run([sys.executable, "-c", "from analyze.reader import walker; print(walker._skim is not None)"],
                          capture_output=True, text=True, cwd=ROOT, env=child_env(pure), check=True)
     return out.stdout.strip() == "True"
 
@@ -192,7 +192,7 @@ def main() -> None:
         raise SystemExit(f"reader_speed: no such capture: {', '.join(missing)}")
     OUT.mkdir(parents=True, exist_ok=True)
     fast = accelerated(args.pure)
-    print(f"reader: {'with' if fast else 'without'} the C accelerator (analyze/_skim.c)"
+    print(f"reader: {'with' if fast else 'without'} the C accelerator (analyze/reader/_skim.c)"
           + (" (--pure)" if args.pure else "" if fast else ": not built on this machine"), flush=True)
     runs: list[tuple[str, Path]] = []
     for fault in args.fault or ["none", "stale-drafter"]:

@@ -21,9 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import analyze  # noqa: E402
-from analyze.health import check_structure, health  # noqa: E402
+from analyze.reader.session import log_of  # noqa: E402
 from capture.llama_server import find_llama_server  # noqa: E402
-from capture.scenarios import (  # noqa: E402
+from tools.scenario_health import check_structure, health  # noqa: E402
+from tools.scenarios import (  # noqa: E402
     BY_NAME,
     DESYNC_SEARCH,
     PROMPT_TOO_LONG,
@@ -32,7 +33,6 @@ from capture.scenarios import (  # noqa: E402
     run_scenario,
     trim_log,
 )
-from capture.session import log_of  # noqa: E402
 
 
 def main() -> int:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analyze.reader.session import Session, log_of  # noqa: E402
 from analyze.views.triage import cluster, triage_rows  # noqa: E402
 from capture.engine import EngineConfig, run_engine  # noqa: E402
-from capture.session import Session, log_of  # noqa: E402
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 

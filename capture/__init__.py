@@ -17,12 +17,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from analyze.reader.session import Session, is_session, list_sessions, load_chunks, new_session
     from capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
     from capture.engine import EngineConfig, EngineError, EngineResult, run_engine
     from capture.models import ModelPair, ensure_models
     from capture.monitor import Terminal
     from capture.runner import Outcome
-    from capture.session import Session, is_session, list_sessions, load_chunks, new_session
     from capture.wrap import CaptureOptions, RunOptions, UsageError, run_attach, run_llama_swap, run_wrapped
 
 _LAZY = {
@@ -31,7 +31,7 @@ _LAZY = {
     **dict.fromkeys(("ModelPair", "ensure_models"), "capture.models"),
     "Terminal": "capture.monitor",
     "Outcome": "capture.runner",
-    **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"), "capture.session"),
+    **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"), "analyze.reader.session"),
     **dict.fromkeys(("CaptureOptions", "RunOptions", "UsageError", "run_attach", "run_llama_swap", "run_wrapped"),
                     "capture.wrap"),
 }

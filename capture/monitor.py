@@ -129,7 +129,7 @@ def _live_child() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-# Lines that start a failure the reader reports (analyze/patterns.py), found by a byte search far ahead of the
+# Lines that start a failure the reader reports (analyze/reader/patterns.py), found by a byte search far ahead of the
 # parse: the TRIAGE line does not wait for the parse to reach them on a machine that leaves it little CPU. A hit is
 # only a hint: the triage parses the window around it and speaks only if the reader finds a failure there.
 ERROR_MARKERS = (b"inconsistent sequence positions", b"failed to decode", b"failed to find a memory slot",

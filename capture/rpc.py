@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analyze.reader.session import free_port
 from capture.process import die_with_parent
-from capture.session import free_port
 
 LOOPBACK = "127.0.0.1"
 BINARY = "ggml-rpc-server"

@@ -17,11 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from capture.metrics import MetricsScraper, ScrapeSummary
-from capture.monitor import LiveParse, Terminal
-from capture.ping import Pinger
-from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
-from capture.session import (
+from analyze.reader.session import (
     CHUNKS,
     KEY_END,
     KEY_LIVE,
@@ -32,6 +28,10 @@ from capture.session import (
     Session,
     now_iso,
 )
+from capture.metrics import MetricsScraper, ScrapeSummary
+from capture.monitor import LiveParse, Terminal
+from capture.ping import Pinger
+from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
 from capture.sink import RawSink
 
 Source = Callable[[threading.Event], Iterator[bytes]]

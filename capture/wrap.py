@@ -15,17 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capture import llama_args
-from capture.attach import AttachError, AttachSource
-from capture.devices import list_devices, rpc_endpoints
-from capture.gpus import query_gpus
-from capture.llamaswap import SwapModel
-from capture.metrics import MetricsScraper
-from capture.monitor import Terminal
-from capture.ping import PingConfig, Pinger, PingOptions
-from capture.process import Child, StopPlan, probe
-from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
-from capture.session import (
+from analyze.reader.session import (
     KEY_COMMAND_LINE,
     KEY_PING_CONFIG,
     KEY_PROGRAM,
@@ -36,6 +26,16 @@ from capture.session import (
     is_session,
     new_session,
 )
+from capture import llama_args
+from capture.attach import AttachError, AttachSource
+from capture.devices import list_devices, rpc_endpoints
+from capture.gpus import query_gpus
+from capture.llamaswap import SwapModel
+from capture.metrics import MetricsScraper
+from capture.monitor import Terminal
+from capture.ping import PingConfig, Pinger, PingOptions
+from capture.process import Child, StopPlan, probe
+from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
 
 _OFF = {"0", "off", "no", "false", ""}
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from capture.llama_server import find_llama_server
 
 # Tests send SIGINT to the commands they start, as a terminal's Ctrl-C would. A run started as a background
 # job or under `nohup ... &` has SIGINT ignored, which its children inherit and would keep: run as from a
@@ -50,3 +53,18 @@ def wait_for_dashboard(port: int, proc: subprocess.Popen[bytes], timeout_s: floa
         assert proc.poll() is None, "the command ended before its dashboard answered"
         assert time.monotonic() < deadline, f"the dashboard did not answer within {timeout_s:g} s"
         time.sleep(0.3)
+
+
+@pytest.fixture
+def py() -> str:
+    """The Python that runs the small child programs the tests write."""
+    return sys.executable
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """The real llama-server built from PyPI; missing it fails (the NEEDS_SERVER marks skip first off CI)."""
+    path = find_llama_server()
+    if path is None:
+        pytest.fail("llama-server is not built: `make server` builds it (CI must run it)")
+    return path

@@ -1,10 +1,11 @@
 """The dependency rule, the public API and the README's Layout section, checked against the tree.
 
-Layers, lowest first: `capture.session` (the session-folder layout, a leaf); the reader core (`analyze.*`
-outside `cli`, `views` and `dashboard`: reading and the derivations built on it); the views (`analyze.views`,
-renderers only); the dashboard's runtime (`analyze.dashboard`: page, launcher, server, preload, follow);
-`capture` (which uses only `analyze`'s public API); the command layer (`analyze.cli`), which nothing imports
-back; the checkout's `app.py`, which only hands over to the dashboard's page.
+Each layer is a folder, and a module's layer is its folder's: the reader (`analyze/reader/`: text to tables and
+a verdict; its `session.py`, the session folder's layout, is a leaf) < the findings (`analyze/findings/`) < the
+fleet (`analyze/fleet/`); the capture (`capture/`) uses the reader; the views (`analyze/views/`) draw the
+findings; the dashboard (`analyze/dashboard/`) serves the views; the command layer (`analyze/cli/`) composes
+them all and nothing imports it back; the checkout's `app.py` only hands over to the dashboard's page.
+`analyze/__init__.py`, the public API, hands on the reader's names.
 """
 
 from __future__ import annotations
@@ -66,38 +67,38 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 SCRIPTS = ("app", "analyze.dashboard.app", "analyze.__main__")
 
 
+FOLDERS = {
+    "analyze": "api", "analyze/reader": "reader", "analyze/findings": "findings", "analyze/fleet": "fleet",
+    "capture": "capture", "capture/engine": "capture", "analyze/views": "views", "analyze/dashboard": "dashboard",
+    "analyze/cli": "cli", ".": "app",
+}
+
+
 def layer(name: str) -> str:
-    if name == "capture.session":
-        return "session"
-    if name == "app":
-        return "app"
-    if name == "analyze.__main__" or name == "analyze.cli" or name.startswith("analyze.cli."):
-        return "cli"
-    if name.startswith("analyze.views"):
-        return "views"
-    if name.startswith("analyze.dashboard"):
-        return "dashboard"
-    if name.startswith("analyze"):
-        return "core"
-    return "capture"
+    path = MODULES[name]
+    folder = path.parent.relative_to(ROOT).as_posix()
+    return "cli" if name == "analyze.__main__" else FOLDERS[folder]
 
 
 ALLOWED = {
-    "session": {"session"},
-    "core": {"session", "core"},
-    "views": {"session", "core", "views"},
-    "dashboard": {"session", "core", "views", "dashboard"},
-    "capture": {"session", "capture", "analyze"},  # "analyze": the package's public API only
-    "cli": {"session", "core", "views", "dashboard", "capture", "cli"},
+    "reader": {"reader"},
+    "api": {"reader"},
+    "findings": {"reader", "findings"},
+    "fleet": {"api", "reader", "findings", "fleet"},
+    "capture": {"api", "reader", "capture"},
+    "views": {"api", "reader", "findings", "views"},
+    "dashboard": {"api", "reader", "findings", "views", "dashboard"},
+    "cli": {"api", "reader", "findings", "fleet", "capture", "views", "dashboard", "cli"},
     "app": {"dashboard"},
 }
 
 
 def _allowed(src: str, dst: str) -> bool:
-    want = ALLOWED[layer(src)]
-    if layer(src) == "capture" and layer(dst) == "core":
-        return dst == "analyze" and "analyze" in want
-    return layer(dst) in want
+    return layer(dst) in ALLOWED[layer(src)]
+
+
+def test_every_folder_has_a_layer() -> None:
+    assert {MODULES[n].parent.relative_to(ROOT).as_posix() for n in MODULES} == set(FOLDERS)
 
 
 def test_every_import_follows_the_layers() -> None:
@@ -113,7 +114,7 @@ def test_nothing_imports_the_command_layer() -> None:
 
 
 def test_session_is_a_leaf() -> None:
-    assert GRAPH["capture.session"] == set()
+    assert GRAPH["analyze.reader.session"] == set()
 
 
 def test_no_import_cycles() -> None:
@@ -157,7 +158,7 @@ def test_help_imports_no_heavy_module() -> None:
              "for args in (['--help'], ['capture', 'run', '--help'], ['triage', '--help'], ['query', '--help']):\n"
              "    try:\n        cli.main(args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
              "heavy = sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'plotly', 'streamlit', 'llama_cpp', 'httpx',"
-             " 'analyze.parser', 'capture.engine.loop', 'capture.wrap', 'dask', 'distributed', 'duckdb')"
+             " 'analyze.reader.parser', 'capture.engine.loop', 'capture.wrap', 'dask', 'distributed', 'duckdb')"
              " if m in sys.modules)\n"
              "print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
@@ -195,7 +196,7 @@ def test_readme_layout_lists_every_module() -> None:
         assert folder, item[:60]
         prefix = folder.group(1) if folder.group(1).endswith("/") else ""
         listed.update(prefix + name for name in re.findall(r"`([\w]+\.(?:py|c))`", item))
-    files = {str(p.relative_to(ROOT)) for p in MODULES.values()}
+    files = {str(p.relative_to(ROOT)) for p in [*MODULES.values(), *sorted((ROOT / "tools").glob("*.py"))]}
     assert files - listed == set(), f"modules missing from the README's Layout: {sorted(files - listed)}"
     assert listed - files == set(), f"the README's Layout lists modules that do not exist: {sorted(listed - files)}"
 
@@ -238,7 +239,7 @@ def test_the_wheel_installs_no_top_level_app_module() -> None:
     assert (ROOT / "app.py").read_text(encoding="utf-8").count("\n") <= 6
 
 
-SCANNED = ("analyze", "capture", "benchmarks", "app.py")
+SCANNED = ("analyze", "capture", "benchmarks", "tools", "app.py")
 HELP_KEYWORDS = {"help", "epilog"}  # click options' and commands' texts for users
 
 
@@ -258,7 +259,7 @@ def _allowed_strings(tree: ast.AST) -> set[int]:
 
 def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, name) of every session file name a module's code spells, f-strings' text included."""
-    from capture.session import FILES
+    from analyze.reader.session import FILES
 
     pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(name) for name in FILES) + r")(?!\w)")
     allowed = _allowed_strings(tree)
@@ -267,13 +268,13 @@ def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
                   and (m := pattern.search(node.value)))
 
 
-def test_session_file_names_are_spelled_only_in_capture_session() -> None:
-    """capture/session.py is the one home of a session folder's layout: every other module names its files
+def test_session_file_names_are_spelled_only_in_the_session_module() -> None:
+    """analyze/reader/session.py is the one home of a session folder's layout: every other module names its files
     through its constants and functions, so a rename cannot leave one behind."""
     paths = [ROOT / "app.py"] + [p for top in SCANNED[:-1] for p in sorted((ROOT / top).rglob("*.py"))]
-    bad = [f"{path.relative_to(ROOT)}:{line}: {name!r}" for path in paths if path != ROOT / "capture" / "session.py"
+    bad = [f"{path.relative_to(ROOT)}:{line}: {name!r}" for path in paths if path != ROOT / "analyze" / "reader" / "session.py"
            for line, name in _spelled(ast.parse(path.read_text(encoding="utf-8")))]
-    assert not bad, "session file names spelled outside capture/session.py:\n" + "\n".join(bad)
+    assert not bad, "session file names spelled outside analyze/reader/session.py:\n" + "\n".join(bad)
 
 
 def test_the_layout_check_sees_a_spelled_name() -> None:

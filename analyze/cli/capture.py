@@ -12,7 +12,7 @@ import click
 
 from analyze.cli.engine import engine_cmd
 from analyze.cli.options import F, fail, json_flag, session_out_option
-from capture.session import KEY_REDACTED
+from analyze.reader.session import KEY_REDACTED
 
 if TYPE_CHECKING:
     from analyze.dashboard.launch import Dashboard
@@ -89,7 +89,7 @@ class LiveDashboard:
 def outcome_lines(outcome: Outcome) -> list[str]:
     """The end of a capture on stderr: how it stopped, why a program that ended at start-up ended (its own last
     lines), and what to do with the session when its log holds something to triage."""
-    from capture.session import Session
+    from analyze.reader.session import Session
 
     assert outcome.session is not None
     session = Session(outcome.session)
@@ -187,8 +187,8 @@ def redact_outcome(outcome: Outcome) -> None:
     """--redact: the session's log redacted into its shareable copy, the manifest saying so (the outcome's
     copy of it too). A copy that cannot be written is said in one line; the capture stands as it is."""
     import analyze
-    from analyze.redact import redact_session
-    from capture.session import read_manifest
+    from analyze.reader.redact import redact_session
+    from analyze.reader.session import read_manifest
 
     if outcome.session is None:
         return
@@ -373,8 +373,8 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
     screen = CaptureScreen(kw)
 
     def capture(terminal: Terminal) -> Outcome:
+        from analyze.reader.session import free_port
         from capture.llamaswap import resolve
-        from capture.session import free_port
         from capture.wrap import run_llama_swap
 
         opts = _run_opts(kw)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from analyze.dashboard.launch import DEFAULT_HOST, app_path
-from capture.session import log_named
+from analyze.reader.session import log_named
 
 if TYPE_CHECKING:
     from analyze.dashboard.launch import Dashboard
@@ -110,7 +110,7 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
       kvtrace dashboard sessions/20261130-0945-run-llama-server --follow   # a capture still running
       kvtrace dashboard server.log.gz --port 8600
     """
-    from analyze.source import InputError, resolve_path
+    from analyze.reader.source import InputError, resolve_path
 
     if source is not None and str(source) == "-":
         raise click.UsageError("the dashboard cannot read stdin: save the log to a file and pass its path, or "

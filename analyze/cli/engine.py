@@ -133,10 +133,10 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
     import signal
     import threading
 
+    from analyze.reader.session import new_session
     from capture.engine import engine_models, run_engine
     from capture.engine.config import EngineStopped, check_stop, request_stop
     from capture.engine.devices import open_devices
-    from capture.session import new_session
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     main = threading.current_thread() is threading.main_thread()
@@ -295,7 +295,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     try:
         import analyze
         from analyze.cli.read import format_verdict
-        from capture.session import log_of
+        from analyze.reader.session import log_of
     except ImportError:  # the reader is not installed: the capture is still there to read later
         click.echo(f"    the log reader is not available; read the session later: kvtrace triage {result.session}")
         return

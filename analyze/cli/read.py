@@ -24,8 +24,8 @@ from analyze.cli.options import (
 from analyze.cli.reports import triage_table
 
 if TYPE_CHECKING:
-    from analyze.dataset import Parsed
-    from analyze.verdict import Verdict
+    from analyze.fleet.dataset import Parsed
+    from analyze.reader.verdict import Verdict
 
 
 @click.command("parse")
@@ -58,7 +58,7 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
       kvtrace parse --scheduler 10.0.0.5:8786 /shared/logs/ s3://bucket/fleet/a.log.gz -o fleet.kvt
     """
     import analyze
-    from capture.session import is_session
+    from analyze.reader.session import is_session
 
     paths = list(expand_sources(sources))
     if dataset or scheduler is not None:
@@ -98,7 +98,7 @@ def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None
     from functools import partial
 
     import analyze
-    from analyze.dataset import parsed, write_log
+    from analyze.fleet.dataset import parsed, write_log
 
     summaries: list[dict[str, object]] = []
 
@@ -120,7 +120,7 @@ def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None
                        f"errors, {summary['events']} events -> {out}/ ({r.verdict.kind})")
 
     if scheduler is not None:
-        from analyze import cluster
+        from analyze.fleet import cluster
 
         client = cluster_client(scheduler)
         try:
@@ -205,7 +205,7 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
         return
     if scheduler is not None:
         fail("--scheduler goes with --table (or --csv)")
-    from analyze.counters import server_counters
+    from analyze.findings.counters import server_counters
 
     bad = 0
     first = True

@@ -1,4 +1,4 @@
-"""`kvtrace redact`: a log without the prompts and answers, to attach to a bug report (analyze.redact)."""
+"""`kvtrace redact`: a log without the prompts and answers, to attach to a bug report (analyze.reader.redact)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import click
 from analyze.cli.options import fail, json_flag, out_option
 
 if TYPE_CHECKING:
-    from analyze.redact import RedactSummary
+    from analyze.reader.redact import RedactSummary
 
 
 def summary_lines(summary: RedactSummary, dest: str) -> list[str]:
     """What a redaction removed, for stderr: one line in all, then one per kind of text."""
-    from analyze.redact import BY_NAME
+    from analyze.reader.redact import BY_NAME
 
     lines = [f"kvtrace: wrote {dest}: {summary.changed:,} of {summary.lines:,} lines redacted (prompts and answers "
              "removed; positions, sequences, sizes, errors and statistics kept)"]
@@ -54,8 +54,8 @@ def redact_command(source: str, out: Path | None, as_json: bool) -> None:
       kvtrace redact server.log.gz -o - | gzip > shareable.log.gz
     """
     import analyze
-    from analyze.redact import redact_file, redact_session, redact_to
-    from capture.session import SHAREABLE, folder_of, is_session, log_of
+    from analyze.reader.redact import redact_file, redact_session, redact_to
+    from analyze.reader.session import SHAREABLE, folder_of, is_session, log_of
 
     folder = folder_of(Path(source)) if source != "-" else None
     session = folder if folder is not None and is_session(folder) else None

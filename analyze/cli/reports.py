@@ -1,5 +1,5 @@
 """`kvtrace report`, `kvtrace compare`, `kvtrace export` and `kvtrace triage --table`: thin click commands
-over analyze.views.report, analyze.compare, analyze.views.perfetto and analyze.views.triage."""
+over analyze.views.report, analyze.findings.compare, analyze.views.perfetto and analyze.views.triage."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def compare_command(before: str, after: str, as_json: bool, progress: bool | Non
       kvtrace compare sessions/…-stale-drafter sessions/…-none --json | jq .verdict
       kvtrace compare main.log fix.log && echo "the fix works"
     """
-    from analyze.compare import compare, format_comparison
+    from analyze.findings.compare import compare, format_comparison
 
     a, b = parse_or_fail(before, progress), parse_or_fail(after, progress)
     c = compare(a, b, (before, after))
@@ -134,7 +134,7 @@ def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | N
     if scheduler is not None:
         from functools import partial
 
-        from analyze import cluster as dask_cluster
+        from analyze.fleet import cluster as dask_cluster
 
         client = cluster_client(scheduler)
         try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analyze.acceptance import Acceptance, acceptance
-from analyze.counters import ServerCounters, server_counters
-from analyze.parser import ParseResult
+from analyze.findings.acceptance import Acceptance, acceptance
+from analyze.findings.counters import ServerCounters, server_counters
+from analyze.reader.parser import ParseResult
 from analyze.views.acceptance import (
     over_time_figure,
     per_position_figure,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from capture.session import free_port
+from analyze.reader.session import free_port
 
 OPEN_ENV = "KVTRACE_OPEN"
 FOLLOW_ENV = "KVTRACE_FOLLOW"

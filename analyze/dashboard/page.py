@@ -28,10 +28,8 @@ from analyze.dashboard.acceptance import show_acceptance, show_counters_finding
 from analyze.dashboard.follow import Follower, LiveState
 from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
-from analyze.definitions import SYNTHETIC_NOTE
-from analyze.devices import device_rows, layout_line, placement_rows
-from analyze.overview import overview
-from analyze.positions import (
+from analyze.findings.overview import overview
+from analyze.findings.positions import (
     XAxis,
     batches_per_sequence,
     choose_axis,
@@ -40,11 +38,13 @@ from analyze.positions import (
     opening_sequence,
     sequences,
 )
+from analyze.reader.definitions import SYNTHETIC_NOTE
+from analyze.reader.devices import device_rows, layout_line, placement_rows
+from analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 from analyze.views.bundle import zip_tables
 from analyze.views.downsample import DEFAULT_MAX_POINTS
 from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
 from analyze.views.report import escape, headline, markdown_report, what_to_do
-from capture.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator

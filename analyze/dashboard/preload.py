@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capture.session import log_named
+from analyze.reader.session import log_named
 
 if TYPE_CHECKING:  # the server imports this before streamlit starts: the reader (pandas) loads in the child
-    from analyze.parser import ParseResult
+    from analyze.reader.parser import ParseResult
 
 Parsed = tuple["ParseResult | None", "str | None"]
 
@@ -99,8 +99,8 @@ def discard() -> None:
 
 
 def _child(path: str, out: str) -> int:
-    from analyze.parser import parse
-    from analyze.source import InputError
+    from analyze.reader.parser import parse
+    from analyze.reader.source import InputError
 
     parent = os.getppid()
     try:

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.normalize import clean_chunk
-from analyze.source import open_source, resolve_path
+from analyze.reader.normalize import clean_chunk
+from analyze.reader.source import open_source, resolve_path
 
 
 class RawText:

@@ -16,9 +16,9 @@ from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 # What the page's first run imports, loaded before the server answers (while the log is read beside it): on a
 # fresh server the first page otherwise waited about a second more for pandas, plotly and the reader. Not in a
 # thread: streamlit's own imports running at the same time would meet half-initialised modules.
-WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "analyze", "analyze.parser",
-                "analyze.devices", "analyze.views.bundle", "analyze.views.figures", "analyze.dashboard.follow",
-                "analyze.overview", "analyze.positions", "analyze.dashboard.rawtext",
+WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "analyze", "analyze.reader.parser",
+                "analyze.reader.devices", "analyze.views.bundle", "analyze.views.figures", "analyze.dashboard.follow",
+                "analyze.findings.overview", "analyze.findings.positions", "analyze.dashboard.rawtext",
                 "analyze.views.report", "analyze.dashboard.page")
 
 

@@ -1,4 +1,4 @@
-"""Acceptance figures (analyze/acceptance.py's derivations): over time, per draft position, per request.
+"""Acceptance figures (analyze/findings/acceptance.py's derivations): over time, per draft position, per request.
 
 Numbers and the tool's own words only: no log text goes into a figure.
 """
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analyze.acceptance import Acceptance
+from analyze.findings.acceptance import Acceptance
 from analyze.views.figures import COLOURS
 
 SERVER_COLOUR = "#2ca02c"

@@ -10,10 +10,10 @@ import json
 import zipfile
 from typing import TYPE_CHECKING
 
-from capture.session import VERDICT
+from analyze.reader.session import VERDICT
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult
+    from analyze.reader.parser import ParseResult
 
 FORMATS = ("parquet", "csv")
 

@@ -15,8 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyze.definitions import reset_events
-from analyze.positions import (
+from analyze.findings.positions import (
     XAxis,
     apart,
     apart_stretches,
@@ -25,11 +24,12 @@ from analyze.positions import (
     floats,
     stored_positions,
 )
-from analyze.records import detail_of
+from analyze.reader.definitions import reset_events
+from analyze.reader.records import detail_of
 from analyze.views.downsample import DEFAULT_MAX_POINTS, envelope, minmax_indices
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult
+    from analyze.reader.parser import ParseResult
 
 COLOURS = {
     "target": "#1f6fc5",

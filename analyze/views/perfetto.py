@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.definitions import reset_events
-from analyze.positions import choose_axis, sequences, stored_positions
-from analyze.records import detail_of
+from analyze.findings.positions import choose_axis, sequences, stored_positions
+from analyze.reader.definitions import reset_events
+from analyze.reader.records import detail_of
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult
+    from analyze.reader.parser import ParseResult
 
 PID = 1
 TIDS = {"target": 1, "drafter": 2, "unknown": 3}

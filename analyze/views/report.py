@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.counters import ServerCounters, server_counters
-from analyze.cycles import depth_series, depth_text
-from analyze.definitions import SYNTHETIC_NOTE
-from analyze.devices import device_rows, layout_line, placement_rows
-from analyze.overview import Overview, overview
-from analyze.positions import XAxis, stored_positions
-from analyze.signatures import SignatureMatch, match_signature, plain_summary
+from analyze.findings.counters import ServerCounters, server_counters
+from analyze.findings.cycles import depth_series, depth_text
+from analyze.findings.overview import Overview, overview
+from analyze.findings.positions import XAxis, stored_positions
+from analyze.findings.signatures import SignatureMatch, match_signature, plain_summary
+from analyze.reader.definitions import SYNTHETIC_NOTE
+from analyze.reader.devices import device_rows, layout_line, placement_rows
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult
-    from analyze.thread import Part
-    from analyze.verdict import Verdict
+    from analyze.reader.parser import ParseResult
+    from analyze.reader.thread import Part
+    from analyze.reader.verdict import Verdict
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
@@ -419,8 +419,8 @@ def _int_rows(frame: pd.DataFrame, ints: list[str]) -> list[list[str]]:
 
 def acceptance_blocks(result: ParseResult) -> list[Block]:
     """Acceptance over time, per draft position, per slot, and the worst and slowest requests (the numbers the
-    dashboard draws; analyze/acceptance.py)."""
-    from analyze.acceptance import acceptance
+    dashboard draws; analyze/findings/acceptance.py)."""
+    from analyze.findings.acceptance import acceptance
 
     acc = acceptance(result)
     if acc.empty:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyze.signatures import ORDER
+from analyze.findings.signatures import ORDER
+from analyze.reader.session import RAW_LOG
 from analyze.views.report import escape
-from capture.session import RAW_LOG
 
 if TYPE_CHECKING:
-    from analyze.parser import ParseResult
+    from analyze.reader.parser import ParseResult
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) ->
     """Parse one log into its row (top-level, so worker processes can run it); `read` parses it some other
     way (on a cluster's worker: a URL, a big log's pieces on the cluster)."""
     import analyze
-    from analyze.signatures import match_signature
+    from analyze.findings.signatures import match_signature
 
     try:
         result = (read or analyze.parse)(source)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from capture.session import free_port, load_chunks
+from analyze.reader.session import free_port, load_chunks
 from tests.capture.capture_helpers import (
     end_lines,
     file_contains,
@@ -480,8 +480,8 @@ def test_the_end_says_why_the_live_summary_is_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], live: dict[str, object], why: str
 ) -> None:
     from analyze.cli.capture import report_outcome
+    from analyze.reader.session import new_session
     from capture.runner import Outcome
-    from capture.session import new_session
 
     session = new_session("run", out=tmp_path / "s")
     report_outcome(Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}, session=session.path),

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import analyze
+from analyze.reader.session import free_port
 from capture.models import ensure_models
-from capture.session import free_port
 from tests.capture.capture_helpers import NEEDS_SERVER, end_lines, manifest, run_kvtrace
 
 pytestmark = NEEDS_SERVER

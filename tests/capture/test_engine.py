@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analyze.reader.session import Session, free_port, new_session
 from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
 from capture.models import ModelParams, _write_upstream_drafter, ensure_models, ensure_upstream_drafter, sha256_file
-from capture.session import Session, free_port, new_session
 
 from .capture_helpers import run_kvtrace, start_kvtrace, wait_for
 
@@ -520,7 +520,7 @@ def test_demo_opens_the_dashboard_on_localhost(cache: Path, tmp_path: Path) -> N
 
 def test_samples_are_current(tmp_path: Path) -> None:
     """`make samples` regenerates exactly what is committed (ground truth compared, timings aside)."""
-    from capture.samples import DEFAULT_DIR, write_samples
+    from tools.samples import DEFAULT_DIR, write_samples
 
     write_samples(tmp_path)
     for name in ("healthy", "stale-drafter", "no-rollback"):

@@ -4,7 +4,7 @@ puts the drafter where `--draft-device` says, as the seed report's multi-GPU DFl
 
 Each capture runs the real command in its own process (llama.cpp names a process's RPC devices RPC0, RPC1, ...
 in the order it registers them), and is checked against its ground truth as the one-device captures are
-(tests/analyze/test_engine_truth.py), and for the layout llama.cpp itself printed."""
+(tests/analyze/reader/test_engine_truth.py), and for the layout llama.cpp itself printed."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import pandas as pd
 import pytest
 
 import analyze
+from analyze.reader.session import free_port, new_session
 from analyze.views.report import markdown_report
 from capture.engine import EngineConfig, run_engine
 from capture.engine.rpc_server import command
 from capture.models import ensure_models, ensure_upstream_drafter
 from capture.rpc import LOOPBACK, rpc_servers
-from capture.session import free_port, new_session
 
 from .capture_helpers import run_kvtrace, start_kvtrace, wait_for
 
@@ -84,7 +84,7 @@ def manifest(session: Path) -> dict:
 
 def check_truth(session: Path, fault: str) -> analyze.ParseResult:
     """What the one-device captures are held to: every decode found with its positions and its context, and
-    each refused one with llama.cpp's exact X and Y (tests/analyze/test_engine_truth.py)."""
+    each refused one with llama.cpp's exact X and Y (tests/analyze/reader/test_engine_truth.py)."""
     r = analyze.parse(session)
     gt = pd.read_parquet(session / "ground_truth.parquet")
     m = gt.merge(r.batches, on="line", how="left", suffixes=("_gt", ""))

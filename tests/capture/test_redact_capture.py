@@ -15,9 +15,9 @@ import openai
 import pytest
 
 import analyze
+from analyze.reader.session import SHAREABLE, free_port
 from capture.models import ensure_models
-from capture.session import SHAREABLE, free_port
-from tests.analyze.test_redact import TEXT_PIECE, assert_triages_alike
+from tests.analyze.reader.test_redact import TEXT_PIECE, assert_triages_alike
 from tests.capture.capture_helpers import NEEDS_SERVER, end_lines, manifest, run_kvtrace, start_kvtrace
 
 pytestmark = NEEDS_SERVER

@@ -1,0 +1,1 @@
+"""Many logs at once: a Parquet dataset with SQL over it, and a Dask cluster reading them."""

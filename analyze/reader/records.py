@@ -1,0 +1,179 @@
+"""The records the walker produces, before they become tables.
+
+Batches and find_slot rows can number in the millions for a big log, so they are kept column-wise in
+compact arrays; failures and events are few and kept as small records.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NA = -(2**63)  # a missing integer inside an array('q')
+
+# severity of a failure kind: a failure keeps the most serious kind any of its lines showed
+SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "load": 1, "assert": 1, "error": 1}
+
+MAX_EVIDENCE = 12
+PROSE_ACCEPTANCE = "prose_acceptance"  # an event: a draft acceptance told in the report's words, not a log line's
+KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)
+
+
+@dataclass(slots=True)
+class Failure:
+    """One failed decode (or crash): the lines that llama.cpp and its caller printed for it."""
+
+    line: int
+    t: float
+    kind: str
+    variant: str = ""
+    seq_id: int | None = None
+    last_pos: int | None = None
+    batch_start: int | None = None
+    ret: int | None = None
+    component: str = "unknown"
+    evidence: str = ""
+    evidence_line: int | None = None
+    stage: int = 0
+    last_line: int = 0
+    has_block: bool = False
+    block_open: bool = False
+    block_closed: bool = False
+    batch: int | None = None
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    keep_lines: bool = True
+
+    def add_line(self, no: int, text: str) -> None:
+        self.last_line = no
+        if self.keep_lines and len(self.lines) < MAX_EVIDENCE:
+            self.lines.append((no, text))
+
+
+@dataclass(slots=True)
+class Event:
+    """One event line. What consumers read is decoded here, once; `detail` keeps every field as JSON text
+    for export (a dict per event would dominate memory on a big log)."""
+
+    line: int
+    t: float
+    kind: str
+    context: str
+    seq_id: int | None
+    pos: int | None
+    detail: str  # JSON object
+    pattern: str = ""  # the pattern table entry that matched
+    slot: int | None = None  # the server slot and task the line names
+    task: int | None = None
+    accepted: int | None = None  # draft tokens accepted and drafted, whatever the wording (draft_counts)
+    generated: int | None = None
+
+
+@dataclass(slots=True)
+class LiveStats:
+    """A live parse's running counts (`StreamParser.stats`): what a capture's status line shows."""
+
+    lines: int = 0
+    batches: int = 0
+    errors: int = 0  # failures seen, the one still being assembled included
+    position_errors: int = 0  # of those, the ones with a position-error block
+    target_pos: int | None = None  # the latest stored KV max (or batch position) of each context, once seen
+    drafter_pos: int | None = None
+
+
+# draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
+SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
+                                 "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
+SUMMED_STATS += ("template_stats", "prose_stats", "json_n_draft")  # a script, a wrapper or a fork, its own way
+
+
+def int_or_none(v: Any) -> int | None:
+    """A detail field as an int, or None where it is missing or not a number."""
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def draft_counts(kind: str, pattern: str, detail: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(accepted, generated) draft tokens of a draft statistic or a verify step, from its own wording's fields;
+    None where the line does not say."""
+    if kind == "accepted":  # the server's per-step `accepted N/M draft tokens`
+        return int_or_none(detail.get("accepted")), int_or_none(detail.get("drafted"))
+    if kind != "draft_stats":
+        return None, None
+    if pattern == "spec_statistics":
+        return int_or_none(detail.get("acc_tokens")), int_or_none(detail.get("gen_tokens"))
+    if pattern == "draft_acceptance":
+        return int_or_none(detail.get("accepted")), int_or_none(detail.get("generated"))
+    if pattern in SUMMED_STATS:
+        generated = detail.get("generated", 0) or detail.get("produced", 0) or detail.get("generated_n", 0)
+        return int_or_none(detail.get("accepted", 0) or detail.get("accepted_n", 0)), int_or_none(generated)
+    return None, None
+
+
+def detail_of(text: object) -> dict[str, Any]:
+    """An event's `detail` JSON, decoded (a missing or malformed one reads as empty): for consumers that
+    need a field no column carries, or the whole thing (trace export)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def lines_of(text: object) -> list[tuple[int, str]]:
+    """A failure's `lines` JSON (line number, text), decoded (a missing or malformed one reads as empty)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else []
+    except ValueError:
+        return []
+    return [(int(n), str(t)) for n, t in value] if isinstance(value, list) else []
+
+
+# analyze/reader/_skim.c appends rows to BatchColumns and KvColumns column by column, in these orders
+@dataclass(slots=True)
+class BatchColumns:
+    batch: array[int] = field(default_factory=lambda: array("q"))
+    line: array[int] = field(default_factory=lambda: array("q"))
+    t: array[float] = field(default_factory=lambda: array("d"))
+    seq_id: array[int] = field(default_factory=lambda: array("q"))
+    n_tokens: array[int] = field(default_factory=lambda: array("q"))
+    pos_min: array[int] = field(default_factory=lambda: array("q"))
+    pos_max: array[int] = field(default_factory=lambda: array("q"))
+    n_outputs: array[int] = field(default_factory=lambda: array("q"))
+    embd: array[int] = field(default_factory=lambda: array("b"))
+    ok: array[int] = field(default_factory=lambda: array("b"))
+    sig: array[int] = field(default_factory=lambda: array("q"))  # which find_slot cache sizes followed it
+    hint: array[int] = field(default_factory=lambda: array("b"))  # context named by a caller or slot line
+    buf: array[int] = field(default_factory=lambda: array("q"))  # the caller's batch buffer (its `pos` pointer)
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+@dataclass(slots=True)
+class KvColumns:
+    line: array[int] = field(default_factory=lambda: array("q"))
+    t: array[float] = field(default_factory=lambda: array("d"))
+    cache_size: array[int] = field(default_factory=lambda: array("q"))
+    stream: array[int] = field(default_factory=lambda: array("q"))
+    seq_id: array[int] = field(default_factory=lambda: array("q"))
+    pos_min: array[int] = field(default_factory=lambda: array("q"))
+    pos_max: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+def opt_int(v: Any) -> int | None:
+    """A table cell as a plain int, or None where it is missing (None, NaN, pd.NA)."""
+    import pandas as pd  # here, not above: a capture's wrapper reads LiveStats from this module, not tables
+
+    return None if v is None or pd.isna(v) else int(v)
+
+
+CONTEXT_CODES = {"unknown": 0, "target": 1, "drafter": 2}
+CONTEXT_NAMES = {v: k for k, v in CONTEXT_CODES.items()}

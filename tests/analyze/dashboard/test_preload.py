@@ -1,0 +1,60 @@
+"""The log named on the dashboard's command line is read while its server starts, and handed over once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import analyze
+from analyze.dashboard import preload
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "samples" / "stale-drafter"
+
+
+def test_the_preloaded_parse_is_the_parse_and_is_handed_over_once(tmp_path: Path) -> None:
+    session = tmp_path / "s"
+    shutil.copytree(SAMPLE, session)
+    preload.start(str(session))
+    got = preload.take(str(session))
+    assert got is not None
+    result, error = got
+    assert error is None and result is not None
+    assert result.verdict.to_dict() == analyze.parse(session).verdict.to_dict()
+    assert preload.take(str(session)) is None  # once: the page caches it from there
+
+
+def test_other_bytes_at_the_same_path_are_not_taken(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes((SAMPLE / "raw.log").read_bytes())
+    preload.start(str(log))
+    with open(log, "ab") as fh:
+        fh.write(b"one more line\n")
+    os.utime(log, ns=(1, 1))
+    assert preload.take(str(log)) is None
+
+
+def test_a_missing_or_unreadable_log_leaves_the_message_to_the_page(tmp_path: Path) -> None:
+    preload.start(str(tmp_path / "nope.log"))
+    assert preload.take(str(tmp_path / "nope.log")) is None
+    (tmp_path / "bad.gz").write_bytes(b"\x1f\x8b\x08\x00broken")
+    preload.start(str(tmp_path / "bad.gz"))
+    got = preload.take(str(tmp_path / "bad.gz"))
+    # the reader's own answer, never an exception: what was there (nothing) and that the gzip ends early
+    assert got is not None
+    result, error = got
+    assert error is None and result is not None
+    assert result.warnings == analyze.parse(tmp_path / "bad.gz").warnings
+    assert len(result.warnings) == 1 and "compressed data ends early" in result.warnings[0]
+    assert result.verdict.kind == "no_log"
+
+
+def test_a_job_no_page_took_is_stopped_and_its_file_removed(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes((SAMPLE / "raw.log").read_bytes())
+    preload.start(str(log))
+    job = next(iter(preload._jobs.values()))  # noqa: SLF001 - what the server leaves behind if it forgets
+    preload.discard()
+    assert job.proc.poll() is not None and not job.out.exists()
+    assert preload.take(str(log)) is None
