@@ -36,7 +36,10 @@ $(ENGINE_STAMP):
 
 $(STAMP): pyproject.toml analyze/reader/_skim.c $(ENGINE_STAMP)
 	$(BIN)/pip install -q -e '.[engine,test,cluster]'
-	$(BIN)/python -c "from capture.engine.rpc_server import load_ggml, rpc_proc; rpc_proc(load_ggml(), 'ggml_backend_rpc_start_server')"
+	mkdir -p $(VENV)/typecheck/kvtrace
+	ln -sfn ../../../analyze $(VENV)/typecheck/kvtrace/analyze
+	ln -sfn ../../../capture $(VENV)/typecheck/kvtrace/capture
+	$(BIN)/python -c "from kvtrace.capture.engine.rpc_server import load_ggml, rpc_proc; rpc_proc(load_ggml(), 'ggml_backend_rpc_start_server')"
 	touch $@
 
 setup: $(STAMP)

@@ -1,5 +1,5 @@
-"""`streamlit run app.py` from a checkout: the dashboard's page lives in analyze.dashboard.page."""
+"""`streamlit run app.py` from a checkout: the dashboard's page lives in kvtrace.analyze.dashboard.page."""
 
-from analyze.dashboard.page import main
+from kvtrace.analyze.dashboard.page import main
 
 main()

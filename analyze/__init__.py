@@ -1,6 +1,6 @@
 """kvtrace's reader: llama.cpp logs (raw or pasted into a bug report) -> position tables and a verdict.
 
-    >>> import analyze
+    >>> from kvtrace import analyze
     >>> result = analyze.parse("sessions/…/raw.log")
     >>> result.verdict.summary, result.batches.head()
 
@@ -13,18 +13,19 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult, StreamParser, parse, write_tables
-    from analyze.reader.records import LiveStats
-    from analyze.reader.source import FileTail, InputError
-    from analyze.reader.stream import LiveParser
-    from analyze.reader.verdict import Verdict
+    from kvtrace.analyze.reader.parser import ParseResult, StreamParser, parse, write_tables
+    from kvtrace.analyze.reader.records import LiveStats
+    from kvtrace.analyze.reader.source import FileTail, InputError
+    from kvtrace.analyze.reader.stream import LiveParser
+    from kvtrace.analyze.reader.verdict import Verdict
 
-_LAZY = {"ParseResult": "analyze.reader.parser", "StreamParser": "analyze.reader.parser",
-         "parse": "analyze.reader.parser", "write_tables": "analyze.reader.parser",
-         "LiveParser": "analyze.reader.stream",  # the walker alone, no pandas: a capture's live parse
-         "FileTail": "analyze.reader.source", "InputError": "analyze.reader.source",
-         "Verdict": "analyze.reader.verdict",
-         "LiveStats": "analyze.reader.records"}  # light: a capture's wrapper reads it without loading the reader
+_LAZY = {"ParseResult": "kvtrace.analyze.reader.parser", "StreamParser": "kvtrace.analyze.reader.parser",
+         "parse": "kvtrace.analyze.reader.parser", "write_tables": "kvtrace.analyze.reader.parser",
+         "LiveParser": "kvtrace.analyze.reader.stream",  # the walker alone, no pandas: a capture's live parse
+         "FileTail": "kvtrace.analyze.reader.source", "InputError": "kvtrace.analyze.reader.source",
+         "Verdict": "kvtrace.analyze.reader.verdict",
+         # light: a capture's wrapper reads it without loading the reader
+         "LiveStats": "kvtrace.analyze.reader.records"}
 
 __all__ = ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
            "write_tables"]

@@ -1,5 +1,5 @@
-"""`python -m analyze` is the `kvtrace` command."""
+"""`python -m kvtrace.analyze` is the `kvtrace` command."""
 
-from analyze.cli import main
+from kvtrace.analyze.cli import main
 
 main()

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze.reader.session import KEY_LIVE, RAW_LOG, log_of, read_manifest  # noqa: E402
+from kvtrace.analyze.reader.session import KEY_LIVE, RAW_LOG, log_of, read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")
@@ -70,8 +70,8 @@ open(timing_path, "w").write("%f %d" % (time.perf_counter() - t0, written))
 
 def replay_sources(root: Path) -> tuple[list[Path], str]:
     """A fresh real llama-server capture (tiny target + drafter, 3 requests) if a server is built."""
-    from capture.llama_server import find_llama_server
-    from capture.models import ensure_models
+    from kvtrace.capture.llama_server import find_llama_server
+    from kvtrace.capture.models import ensure_models
 
     server = find_llama_server()
     if server is None:

@@ -24,7 +24,7 @@ COMMANDS = (["--help"], ["capture", "run", "--help"], ["triage", "--help"])
 
 def kvtrace() -> list[str]:
     beside = Path(sys.executable).with_name("kvtrace")
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "analyze"]
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "kvtrace.analyze"]
 
 
 def clear_bytecode() -> None:

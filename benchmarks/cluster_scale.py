@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import analyze  # noqa: E402
-from analyze.fleet import cluster  # noqa: E402
-from analyze.views.triage import triage_row  # noqa: E402
+from kvtrace import analyze  # noqa: E402
+from kvtrace.analyze.fleet import cluster  # noqa: E402
+from kvtrace.analyze.views.triage import triage_row  # noqa: E402
 from tests.analyze.fleet.cluster_procs import dask_processes  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "corpus"

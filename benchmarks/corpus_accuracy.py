@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze import parse  # noqa: E402
-from analyze.findings.signatures import match_signature  # noqa: E402
+from kvtrace.analyze import parse  # noqa: E402
+from kvtrace.analyze.findings.signatures import match_signature  # noqa: E402
 
 FIELDS = (("error_kind", "kind"), ("component", "component"), ("seq_id", "seq_id"),
           ("last_pos_X", "last_pos"), ("batch_start_Y", "batch_start"), ("n_errors", "n_position_errors"))

@@ -57,8 +57,8 @@ def _unpacked(gz: Path) -> Path:
 def library(path: Path) -> dict[str, float | int]:
     import plotly.io as pio
 
-    import analyze
-    from analyze.views.figures import position_figure
+    from kvtrace import analyze
+    from kvtrace.analyze.views.figures import position_figure
 
     t0 = time.perf_counter()
     result = analyze.parse(path)
@@ -96,7 +96,7 @@ def app(path: Path) -> dict[str, float | bool]:
 def browser(path: Path) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
-    from analyze.dashboard.launch import launch
+    from kvtrace.analyze.dashboard.launch import launch
 
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -156,14 +156,14 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, ch
     `checkout`: whose page is served (another checkout's runs from its own folder, so its packages come first)."""
     from playwright.sync_api import sync_playwright
 
-    from analyze.dashboard.launch import streamlit_command
-    from analyze.reader.session import free_port
+    from kvtrace.analyze.dashboard.launch import streamlit_command
+    from kvtrace.analyze.reader.session import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
     if kind == "floor":
         cmd = streamlit_command("127.0.0.1", port)
-        cmd[cmd.index("analyze.dashboard.serve")] = "streamlit"  # plain `streamlit run`, same flags
+        cmd[cmd.index("kvtrace.analyze.dashboard.serve")] = "streamlit"  # plain `streamlit run`, same flags
         cmd[cmd.index("run") + 1] = str(floor_script)
     else:
         cmd = streamlit_command("127.0.0.1", port)

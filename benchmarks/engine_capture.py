@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze.reader.session import RAW_LOG, Session, log_of  # noqa: E402
-from capture.engine import EngineConfig, run_engine  # noqa: E402
-from capture.models import ensure_models  # noqa: E402
+from kvtrace.analyze.reader.session import RAW_LOG, Session, log_of  # noqa: E402
+from kvtrace.capture.engine import EngineConfig, run_engine  # noqa: E402
+from kvtrace.capture.models import ensure_models  # noqa: E402
 
 REQUESTS = 4
 

@@ -5,7 +5,7 @@
 A child process writes a real log into SESSION/raw.log at --rate MB/s (the real 124 MB llama-server b11434
 capture when the shared data folder beside the checkout has it, else the reader benchmark's engine log,
 repeated as needed). This process does what the dashboard's server does for a followed page, at the same
-priority (nice 10): every second it polls analyze.dashboard.follow.Follower (new bytes through the streaming
+priority (nice 10): every second it polls kvtrace.analyze.dashboard.follow.Follower (new bytes through the streaming
 parser, tables rebuilt at most a quarter of the time) and builds the position figure and its JSON for the
 browser. Targets: the following side under one core, the writer's rate unchanged.
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from reader_speed import big_log  # noqa: E402 - the reader benchmark's log, built once and shared
 
-from analyze.reader.session import KEY_END, KEY_STOP_REASON, log_of, manifest_of  # noqa: E402
+from kvtrace.analyze.reader.session import KEY_END, KEY_STOP_REASON, log_of, manifest_of  # noqa: E402
 
 REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
 
@@ -66,8 +66,8 @@ def main() -> None:
     args = ap.parse_args()
     import plotly.io as pio
 
-    from analyze.dashboard.follow import Follower
-    from analyze.views.figures import position_figure
+    from kvtrace.analyze.dashboard.follow import Follower
+    from kvtrace.analyze.views.figures import position_figure
 
     os.nice(10)  # as `kvtrace dashboard --follow` runs its server
     src = args.log or (REAL_LOG if REAL_LOG.is_file() else big_log(100, "stale-drafter"))

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze.reader.session import KEY_LIVE, RAW_LOG, free_port, log_of, read_manifest  # noqa: E402
+from kvtrace.analyze.reader.session import KEY_LIVE, RAW_LOG, free_port, log_of, read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KVTRACE = str(Path(sys.executable).parent / "kvtrace")
@@ -97,11 +97,11 @@ class Load:
         self.completions = 0
 
     def __enter__(self) -> Load:
-        from capture.llama_server import find_llama_server
+        from kvtrace.capture.llama_server import find_llama_server
 
         server = find_llama_server()
         if server is not None:
-            from capture.models import ensure_models
+            from kvtrace.capture.models import ensure_models
 
             pair = ensure_models()
             port = free_port()

@@ -40,14 +40,14 @@ SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
 SESSIONS = ROOT / "scenario-sessions"  # where benchmarks/scenarios.py puts its captures by default
 sys.path.insert(0, str(ROOT))
 
-from analyze.reader.session import RAW_LOG, log_of  # noqa: E402
+from kvtrace.analyze.reader.session import RAW_LOG, log_of  # noqa: E402
 
 
 def engine_log(fault: str) -> Path:
     """A real engine capture with batch dumps and find_slot lines (and, with a fault, its failures)."""
     path = log_of(OUT / f"engine-{fault}")
     if not path.exists():
-        subprocess.run([sys.executable, "-m", "analyze", "capture", "engine", "--fault", fault,
+        subprocess.run([sys.executable, "-m", "kvtrace.analyze", "capture", "engine", "--fault", fault,
                         "--requests", "4", "--cycles", "250", "--draft", "4", "--out", str(path.parent)],
                        check=True, stdout=subprocess.DEVNULL)
     return path
@@ -109,9 +109,9 @@ def real_captures(extra: list[Path]) -> list[Path]:
 CHILD = """
 import resource, sys, time
 t0 = time.perf_counter()
-import analyze.reader.parser  # the reader and pandas: a fixed start-up cost, reported apart
+import kvtrace.analyze.reader.parser  # the reader and pandas: a fixed start-up cost, reported apart
 imp = time.perf_counter() - t0
-import analyze
+from kvtrace import analyze
 jobs = int(sys.argv[2])
 t0, c0 = time.perf_counter(), time.process_time()
 r = analyze.parse(sys.argv[1], jobs=jobs) if jobs > 1 else analyze.parse(sys.argv[1])
@@ -132,7 +132,8 @@ def child_env(pure: bool) -> dict[str, str]:
 
 def accelerated(pure: bool) -> bool:
     """Whether the parse children read with the C accelerator (analyze/reader/_skim.c)."""
-    out = subprocess.run([sys.executable, "-c", "from analyze.reader import walker; print(walker._skim is not None)"],
+    probe = "from kvtrace.analyze.reader import walker; print(walker._skim is not None)"
+    out = subprocess.run([sys.executable, "-c", probe],
                          capture_output=True, text=True, cwd=ROOT, env=child_env(pure), check=True)
     return out.stdout.strip() == "True"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import analyze  # noqa: E402
-from analyze.reader.session import log_of  # noqa: E402
-from capture.llama_server import find_llama_server  # noqa: E402
+from kvtrace import analyze  # noqa: E402
+from kvtrace.analyze.reader.session import log_of  # noqa: E402
+from kvtrace.capture.llama_server import find_llama_server  # noqa: E402
 from tools.scenario_health import check_structure, health  # noqa: E402
 from tools.scenarios import (  # noqa: E402
     BY_NAME,

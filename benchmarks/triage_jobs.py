@@ -1,7 +1,7 @@
 """How much `kvtrace triage --table --jobs N` gains over one process, on a pile of real engine logs.
 
 Makes LOGS engine captures (real llama.cpp, generated tiny models, faults in turn), then times
-analyze.views.triage.triage_rows over them with jobs = 1 and jobs = N (default: the CPU count), checks the rows
+kvtrace.analyze.views.triage.triage_rows over them with jobs = 1 and jobs = N (default: the CPU count), checks the rows
 are identical, and prints seconds, logs per second and the speed-up ratio.
 
     python benchmarks/triage_jobs.py [--logs 16] [--cycles 200] [--jobs N] [--json]
@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze.reader.session import Session, log_of  # noqa: E402
-from analyze.views.triage import cluster, triage_rows  # noqa: E402
-from capture.engine import EngineConfig, run_engine  # noqa: E402
+from kvtrace.analyze.reader.session import Session, log_of  # noqa: E402
+from kvtrace.analyze.views.triage import cluster, triage_rows  # noqa: E402
+from kvtrace.capture.engine import EngineConfig, run_engine  # noqa: E402
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 

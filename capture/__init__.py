@@ -1,7 +1,7 @@
 """kvtrace's capture side: wrap a llama.cpp program or attach to a running one, keep its log byte-exact in a
 session folder with a manifest, and reproduce the failure with the embedded engine.
 
-    >>> import capture
+    >>> from kvtrace import capture
     >>> outcome = capture.run_wrapped(["llama-server", "-m", "t.gguf"], capture.RunOptions())
     >>> outcome = capture.run_attach(capture.FileSource(Path("server.log")), capture.CaptureOptions())
     >>> outcome.reason, outcome.session, outcome.startup_lines
@@ -17,23 +17,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyze.reader.session import Session, is_session, list_sessions, load_chunks, new_session
-    from capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
-    from capture.engine import EngineConfig, EngineError, EngineResult, run_engine
-    from capture.models import ModelPair, ensure_models
-    from capture.monitor import Terminal
-    from capture.runner import Outcome
-    from capture.wrap import CaptureOptions, RunOptions, UsageError, run_attach, run_llama_swap, run_wrapped
+    from kvtrace.analyze.reader.session import Session, is_session, list_sessions, load_chunks, new_session
+    from kvtrace.capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
+    from kvtrace.capture.engine import EngineConfig, EngineError, EngineResult, run_engine
+    from kvtrace.capture.models import ModelPair, ensure_models
+    from kvtrace.capture.monitor import Terminal
+    from kvtrace.capture.runner import Outcome
+    from kvtrace.capture.wrap import CaptureOptions, RunOptions, UsageError, run_attach, run_llama_swap, run_wrapped
 
 _LAZY = {
-    **dict.fromkeys(("FileSource", "LlamaSwapStream", "StdinSource", "UrlSource"), "capture.attach"),
-    **dict.fromkeys(("EngineConfig", "EngineError", "EngineResult", "run_engine"), "capture.engine"),
-    **dict.fromkeys(("ModelPair", "ensure_models"), "capture.models"),
-    "Terminal": "capture.monitor",
-    "Outcome": "capture.runner",
-    **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"), "analyze.reader.session"),
+    **dict.fromkeys(("FileSource", "LlamaSwapStream", "StdinSource", "UrlSource"), "kvtrace.capture.attach"),
+    **dict.fromkeys(("EngineConfig", "EngineError", "EngineResult", "run_engine"), "kvtrace.capture.engine"),
+    **dict.fromkeys(("ModelPair", "ensure_models"), "kvtrace.capture.models"),
+    "Terminal": "kvtrace.capture.monitor",
+    "Outcome": "kvtrace.capture.runner",
+    **dict.fromkeys(("Session", "is_session", "list_sessions", "load_chunks", "new_session"),
+                    "kvtrace.analyze.reader.session"),
     **dict.fromkeys(("CaptureOptions", "RunOptions", "UsageError", "run_attach", "run_llama_swap", "run_wrapped"),
-                    "capture.wrap"),
+                    "kvtrace.capture.wrap"),
 }
 
 __all__ = [

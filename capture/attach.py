@@ -16,10 +16,10 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-import analyze
-from capture import llama_args
-from capture.process import READ_SIZE
-from capture.runner import FdSource, Source
+from kvtrace import analyze
+from kvtrace.capture import llama_args
+from kvtrace.capture.process import READ_SIZE
+from kvtrace.capture.runner import FdSource, Source
 
 LLAMA_SWAP_WARNING = (
     "kvtrace: note: llama-swap drops log lines when a reader falls behind (its buffer is about 100 KiB), "

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capture.process import probe
+from kvtrace.capture.process import probe
 
 # `  RPC0: 127.0.0.1:50152 (24105 MiB, 24105 MiB free)`, `  CUDA0: NVIDIA GeForce RTX 3080 (11910 MiB, 11000 MiB free)`
 _DEVICE = re.compile(r"^\s*(?P<device>[A-Za-z]\w*?\d*)\s*: (?P<name>\S.*?) "

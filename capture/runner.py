@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from analyze.reader.session import (
+from kvtrace.analyze.reader.session import (
     CHUNKS,
     KEY_END,
     KEY_LIVE,
@@ -28,11 +28,11 @@ from analyze.reader.session import (
     Session,
     now_iso,
 )
-from capture.metrics import MetricsScraper, ScrapeSummary
-from capture.monitor import LiveParse, Terminal
-from capture.ping import Pinger
-from capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
-from capture.sink import RawSink
+from kvtrace.capture.metrics import MetricsScraper, ScrapeSummary
+from kvtrace.capture.monitor import LiveParse, Terminal
+from kvtrace.capture.ping import Pinger
+from kvtrace.capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
+from kvtrace.capture.sink import RawSink
 
 Source = Callable[[threading.Event], Iterator[bytes]]
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from analyze.reader.session import CHUNKS_JOURNAL, JOURNAL_RECORD, RAW_LOG, load_chunks
+from kvtrace.analyze.reader.session import CHUNKS_JOURNAL, JOURNAL_RECORD, RAW_LOG, load_chunks
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyze.reader.session import (
+from kvtrace.analyze.reader.session import (
     KEY_COMMAND_LINE,
     KEY_PING_CONFIG,
     KEY_PROGRAM,
@@ -26,16 +26,16 @@ from analyze.reader.session import (
     is_session,
     new_session,
 )
-from capture import llama_args
-from capture.attach import AttachError, AttachSource
-from capture.devices import list_devices, rpc_endpoints
-from capture.gpus import query_gpus
-from capture.llamaswap import SwapModel
-from capture.metrics import MetricsScraper
-from capture.monitor import Terminal
-from capture.ping import PingConfig, Pinger, PingOptions
-from capture.process import Child, StopPlan, probe
-from capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
+from kvtrace.capture import llama_args
+from kvtrace.capture.attach import AttachError, AttachSource
+from kvtrace.capture.devices import list_devices, rpc_endpoints
+from kvtrace.capture.gpus import query_gpus
+from kvtrace.capture.llamaswap import SwapModel
+from kvtrace.capture.metrics import MetricsScraper
+from kvtrace.capture.monitor import Terminal
+from kvtrace.capture.ping import PingConfig, Pinger, PingOptions
+from kvtrace.capture.process import Child, StopPlan, probe
+from kvtrace.capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -78,7 +78,7 @@ class Prepared:
     version: str | None
     set_env: dict[str, str]  # what kvtrace set or the user set for this run
     removed_env: list[str]
-    devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (capture.devices)
+    devices: dict[str, Any] | None = None  # the program's own --list-devices, parsed (kvtrace.capture.devices)
     metrics: bool = False  # the command serves /metrics (ours or the user's --metrics) and it is scraped
     metrics_added: bool = False  # kvtrace added --metrics (not among `added`: those are the log flags)
 
@@ -292,7 +292,7 @@ def run_llama_swap(swap: SwapModel, opts: RunOptions, *, terminal: Terminal | No
 
 
 def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal | None = None) -> Outcome:
-    """`kvtrace capture attach`: capture a log something else runs (capture.attach: a file, stdin, a stream)."""
+    """`kvtrace capture attach`: capture a log something else runs (kvtrace.capture.attach: a file, stdin, a stream)."""
     terminal = terminal or default_terminal()
     if opts.server_url is not None and not opts.server_url.startswith(("http://", "https://")):
         raise UsageError(f"--server wants the server's address, e.g. http://127.0.0.1:8080 (got {opts.server_url!r})")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from capture.llama_server import find_llama_server
+from kvtrace.capture.llama_server import find_llama_server
 
 # Tests send SIGINT to the commands they start, as a terminal's Ctrl-C would. A run started as a background
 # job or under `nohup ... &` has SIGINT ignored, which its children inherit and would keep: run as from a

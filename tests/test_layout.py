@@ -24,10 +24,11 @@ PACKAGES = ("analyze", "capture")
 
 
 def _module_name(path: Path) -> str:
+    """The name a module imports by: the folders install under the one top-level name, `kvtrace`."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(["kvtrace", *parts] if parts[0] in PACKAGES else parts)
 
 
 def _modules() -> dict[str, Path]:
@@ -64,7 +65,7 @@ def _imports(name: str, path: Path) -> set[str]:
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
-SCRIPTS = ("app", "analyze.dashboard.app", "analyze.__main__")
+SCRIPTS = ("app", "kvtrace.analyze.dashboard.app", "kvtrace.analyze.__main__")
 
 
 FOLDERS = {
@@ -77,7 +78,7 @@ FOLDERS = {
 def layer(name: str) -> str:
     path = MODULES[name]
     folder = path.parent.relative_to(ROOT).as_posix()
-    return "cli" if name == "analyze.__main__" else FOLDERS[folder]
+    return "cli" if name == "kvtrace.analyze.__main__" else FOLDERS[folder]
 
 
 ALLOWED = {
@@ -107,6 +108,22 @@ def test_every_import_follows_the_layers() -> None:
     assert not bad, "\n".join(bad)
 
 
+def _bare_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level and n.module]
+    return [name for name in names if name.split(".")[0] in PACKAGES]
+
+
+def test_everything_imports_the_one_top_level_name() -> None:
+    """`analyze` and `capture` are folders of the checkout, importable there by accident (the root is on sys.path):
+    a module imported by that name would be a second copy of the installed `kvtrace.analyze` or `kvtrace.capture`."""
+    paths = [ROOT / "app.py"] + [p for top in ("analyze", "capture", "tools", "benchmarks", "tests")
+                                 for p in sorted((ROOT / top).rglob("*.py")) if "fixtures" not in p.parts]
+    bad = [f"{p.relative_to(ROOT)}: {name}" for p in paths for name in _bare_imports(p)]
+    assert not bad, "\n".join(bad)
+
+
 def test_nothing_imports_the_command_layer() -> None:
     users = [f"{src} -> {dst}" for src, dsts in GRAPH.items() if layer(src) != "cli" for dst in dsts
              if layer(dst) == "cli"]
@@ -114,7 +131,7 @@ def test_nothing_imports_the_command_layer() -> None:
 
 
 def test_session_is_a_leaf() -> None:
-    assert GRAPH["analyze.reader.session"] == set()
+    assert GRAPH["kvtrace.analyze.reader.session"] == set()
 
 
 def test_no_import_cycles() -> None:
@@ -154,11 +171,11 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter() -> None:
 
 def test_help_imports_no_heavy_module() -> None:
     """`kvtrace --help` and `kvtrace capture run --help` load click, not pandas, the reader or llama.cpp."""
-    probe = ("import sys; from analyze.cli import cli\n"
+    probe = ("import sys; from kvtrace.analyze.cli import cli\n"
              "for args in (['--help'], ['capture', 'run', '--help'], ['triage', '--help'], ['query', '--help']):\n"
              "    try:\n        cli.main(args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
              "heavy = sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'plotly', 'streamlit', 'llama_cpp', 'httpx',"
-             " 'analyze.reader.parser', 'capture.engine.loop', 'capture.wrap', 'dask', 'distributed', 'duckdb')"
+             " 'kvtrace.analyze.reader.parser', 'kvtrace.capture.engine.loop', 'kvtrace.capture.wrap', 'dask', 'distributed', 'duckdb')"
              " if m in sys.modules)\n"
              "print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
@@ -166,9 +183,9 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 PUBLIC_API = {
-    "analyze": ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
+    "kvtrace.analyze": ["FileTail", "InputError", "LiveParser", "LiveStats", "ParseResult", "StreamParser", "Verdict", "parse",
                 "write_tables"],
-    "capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream",
+    "kvtrace.capture": ["CaptureOptions", "EngineConfig", "EngineError", "EngineResult", "FileSource", "LlamaSwapStream",
                 "ModelPair", "Outcome", "RunOptions", "Session", "StdinSource", "Terminal", "UrlSource", "UsageError",
                 "ensure_models", "is_session", "list_sessions", "load_chunks", "new_session", "run_attach",
                 "run_engine", "run_llama_swap", "run_wrapped"],
@@ -232,8 +249,8 @@ def test_the_wheel_installs_no_top_level_app_module() -> None:
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     assert "py-modules" not in setuptools
-    assert "analyze.dashboard" in setuptools["packages"]
-    from analyze.dashboard.launch import app_path
+    assert "kvtrace.analyze.dashboard" in setuptools["packages"]
+    from kvtrace.analyze.dashboard.launch import app_path
 
     assert app_path().is_relative_to(ROOT / "analyze")
     assert (ROOT / "app.py").read_text(encoding="utf-8").count("\n") <= 6
@@ -259,7 +276,7 @@ def _allowed_strings(tree: ast.AST) -> set[int]:
 
 def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, name) of every session file name a module's code spells, f-strings' text included."""
-    from analyze.reader.session import FILES
+    from kvtrace.analyze.reader.session import FILES
 
     pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(name) for name in FILES) + r")(?!\w)")
     allowed = _allowed_strings(tree)

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pytest
 
-from analyze.cli import COMMANDS, cli
+from kvtrace.analyze.cli import COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
@@ -261,7 +261,7 @@ def test_links_between_the_readmes_reach_a_heading() -> None:
 def test_the_readme_lists_every_signature_once() -> None:
     """The signature table (what each means, what to do next) has one row for each signature in the catalogue,
     and none for a signature that does not exist."""
-    from analyze.findings.signatures import SIGNATURES
+    from kvtrace.analyze.findings.signatures import SIGNATURES
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     head = text.index("| signature | what it means | next steps it suggests |")

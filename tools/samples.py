@@ -20,9 +20,9 @@ from typing import Any
 
 import click
 
-from analyze.reader.session import GROUND_TRUTH, KEY_HOST, MANIFEST, RAW_LOG, Session
-from capture.engine import EngineConfig, run_engine
-from capture.models import ModelPair, ModelParams, _write_upstream_drafter, generate_pair
+from kvtrace.analyze.reader.session import GROUND_TRUTH, KEY_HOST, MANIFEST, RAW_LOG, Session
+from kvtrace.capture.engine import EngineConfig, run_engine
+from kvtrace.capture.models import ModelPair, ModelParams, _write_upstream_drafter, generate_pair
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "samples"
 SEED = 0

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyze.findings.cycles import cycle_stats
-from analyze.findings.overview import overview
-from analyze.findings.positions import apart, apart_stretches, choose_axis, default_tolerance, sequences
-from analyze.reader.spec import NONE, keeping
+from kvtrace.analyze.findings.cycles import cycle_stats
+from kvtrace.analyze.findings.overview import overview
+from kvtrace.analyze.findings.positions import apart, apart_stretches, choose_axis, default_tolerance, sequences
+from kvtrace.analyze.reader.spec import NONE, keeping
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 
 @dataclass(slots=True)

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from analyze.reader.session import KEY_PROGRAM, SCENARIO, free_port, log_of, read_manifest
-from capture.models import ensure_models, ensure_upstream_drafter
-from capture.rpc import RpcError, RpcServers, find_rpc_server, start
+from kvtrace.analyze.reader.session import KEY_PROGRAM, SCENARIO, free_port, log_of, read_manifest
+from kvtrace.capture.models import ensure_models, ensure_upstream_drafter
+from kvtrace.capture.rpc import RpcError, RpcServers, find_rpc_server, start
 
 # Varied short prompts, each used more than once: repeated prompts let the server reuse cached prefixes.
 PROMPTS = (
@@ -317,7 +317,7 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
         except RpcError as e:
             return ScenarioRun(scenario.name, session, False, str(e), round(time.monotonic() - began, 2))
     cmd = server_command(scenario, server, port, session, cache_dir, servers.arg if servers else "")
-    argv = [sys.executable, "-m", "analyze", "capture", "run", "--quiet", "--timeout", str(limit),
+    argv = [sys.executable, "-m", "kvtrace.analyze", "capture", "run", "--quiet", "--timeout", str(limit),
             "--stop-wait", "5", "--env", "LLAMA_TRACE=1", "--out", str(session), "--", *cmd]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if log:

@@ -19,16 +19,16 @@ import click
 
 # name -> "module:attribute"; loaded when the command is asked for (help lists load them all, cheaply)
 COMMANDS = {
-    "capture": "analyze.cli.capture:capture_group",
-    "compare": "analyze.cli.reports:compare_command",
-    "dashboard": "analyze.cli.dashboard:dashboard_command",
-    "demo": "analyze.cli.engine:demo_command",
-    "export": "analyze.cli.reports:export_command",
-    "parse": "analyze.cli.read:parse_command",
-    "query": "analyze.cli.query:query_command",
-    "redact": "analyze.cli.redact:redact_command",
-    "report": "analyze.cli.reports:report_command",
-    "triage": "analyze.cli.read:triage_command",
+    "capture": "kvtrace.analyze.cli.capture:capture_group",
+    "compare": "kvtrace.analyze.cli.reports:compare_command",
+    "dashboard": "kvtrace.analyze.cli.dashboard:dashboard_command",
+    "demo": "kvtrace.analyze.cli.engine:demo_command",
+    "export": "kvtrace.analyze.cli.reports:export_command",
+    "parse": "kvtrace.analyze.cli.read:parse_command",
+    "query": "kvtrace.analyze.cli.query:query_command",
+    "redact": "kvtrace.analyze.cli.redact:redact_command",
+    "report": "kvtrace.analyze.cli.reports:report_command",
+    "triage": "kvtrace.analyze.cli.read:triage_command",
 }
 
 

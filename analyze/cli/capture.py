@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from analyze.cli.engine import engine_cmd
-from analyze.cli.options import F, fail, json_flag, session_out_option
-from analyze.reader.session import KEY_REDACTED
+from kvtrace.analyze.cli.engine import engine_cmd
+from kvtrace.analyze.cli.options import F, fail, json_flag, session_out_option
+from kvtrace.analyze.reader.session import KEY_REDACTED
 
 if TYPE_CHECKING:
-    from analyze.dashboard.launch import Dashboard
-    from capture.attach import AttachSource
-    from capture.monitor import Terminal
-    from capture.runner import Outcome
-    from capture.wrap import CaptureOptions, RunOptions
+    from kvtrace.analyze.dashboard.launch import Dashboard
+    from kvtrace.capture.attach import AttachSource
+    from kvtrace.capture.monitor import Terminal
+    from kvtrace.capture.runner import Outcome
+    from kvtrace.capture.wrap import CaptureOptions, RunOptions
 
 
 @click.group(name="capture")
@@ -72,7 +72,7 @@ class LiveDashboard:
             opts.on_session = self.open
 
     def open(self, session: Path) -> None:
-        from analyze.cli.dashboard import start_dashboard
+        from kvtrace.analyze.cli.dashboard import start_dashboard
 
         self.session = session
         self.dash = start_dashboard(session, follow=True, quiet=True)
@@ -89,7 +89,7 @@ class LiveDashboard:
 def outcome_lines(outcome: Outcome) -> list[str]:
     """The end of a capture on stderr: how it stopped, why a program that ended at start-up ended (its own last
     lines), and what to do with the session when its log holds something to triage."""
-    from analyze.reader.session import Session
+    from kvtrace.analyze.reader.session import Session
 
     assert outcome.session is not None
     session = Session(outcome.session)
@@ -161,14 +161,14 @@ class CaptureScreen:
         self.live = LiveDashboard(kw.pop("dashboard"))
 
     def terminal(self) -> Terminal:
-        from capture.monitor import Terminal
+        from kvtrace.capture.monitor import Terminal
 
         return Terminal(echo=not self.quiet and not self.as_json, status=not self.quiet and sys.stderr.isatty())
 
     def run(self, capture: Callable[[Terminal], Outcome]) -> NoReturn:
         """Run the capture, present its outcome and exit with its code (2, in one line, for bad usage)."""
-        from capture.llamaswap import ConfigError
-        from capture.wrap import UsageError
+        from kvtrace.capture.llamaswap import ConfigError
+        from kvtrace.capture.wrap import UsageError
 
         try:
             try:
@@ -186,9 +186,9 @@ class CaptureScreen:
 def redact_outcome(outcome: Outcome) -> None:
     """--redact: the session's log redacted into its shareable copy, the manifest saying so (the outcome's
     copy of it too). A copy that cannot be written is said in one line; the capture stands as it is."""
-    import analyze
-    from analyze.reader.redact import redact_session
-    from analyze.reader.session import read_manifest
+    from kvtrace import analyze
+    from kvtrace.analyze.reader.redact import redact_session
+    from kvtrace.analyze.reader.session import read_manifest
 
     if outcome.session is None:
         return
@@ -233,8 +233,8 @@ def run_options(f: F) -> F:
 
 def _run_opts(kw: dict[str, Any]) -> RunOptions:
     """The one options object for a wrapped run, built from the command line's values."""
-    from capture.ping import PingOptions
-    from capture.wrap import RunOptions, UsageError
+    from kvtrace.capture.ping import PingOptions
+    from kvtrace.capture.wrap import RunOptions, UsageError
 
     extra: dict[str, str] = {}
     for pair in kw.pop("env_pairs"):
@@ -285,7 +285,7 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
     screen = CaptureScreen(kw)
 
     def capture(terminal: Terminal) -> Outcome:
-        from capture.wrap import run_wrapped
+        from kvtrace.capture.wrap import run_wrapped
 
         opts = _run_opts(kw)
         screen.live.attach(opts)
@@ -320,7 +320,7 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
     screen = CaptureScreen(kw)
 
     def capture(terminal: Terminal) -> Outcome:
-        from capture.wrap import CaptureOptions, run_attach
+        from kvtrace.capture.wrap import CaptureOptions, run_attach
 
         source = attach_source(path, follow, from_end, use_stdin, swap_url, model, url)
         opts = CaptureOptions(server_url=server_url, **kw)
@@ -333,8 +333,8 @@ def attach_cmd(path: Path | None, follow: bool, from_end: bool, use_stdin: bool,
 def attach_source(path: Path | None, follow: bool, from_end: bool, use_stdin: bool, swap_url: str | None,
                   model: str | None, url: str | None) -> AttachSource:
     """The one source `attach` reads, from its options (UsageError for none, several, or a stray option)."""
-    from capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
-    from capture.wrap import UsageError
+    from kvtrace.capture.attach import FileSource, LlamaSwapStream, StdinSource, UrlSource
+    from kvtrace.capture.wrap import UsageError
 
     chosen = [name for name, on in (("--file", path is not None), ("--stdin", use_stdin),
                                      ("--llama-swap", swap_url is not None), ("--url", url is not None)) if on]
@@ -373,9 +373,9 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
     screen = CaptureScreen(kw)
 
     def capture(terminal: Terminal) -> Outcome:
-        from analyze.reader.session import free_port
-        from capture.llamaswap import resolve
-        from capture.wrap import run_llama_swap
+        from kvtrace.analyze.reader.session import free_port
+        from kvtrace.capture.llamaswap import resolve
+        from kvtrace.capture.wrap import run_llama_swap
 
         opts = _run_opts(kw)
         screen.live.attach(opts)

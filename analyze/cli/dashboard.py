@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from analyze.dashboard.launch import DEFAULT_HOST, app_path
-from analyze.reader.session import log_named
+from kvtrace.analyze.dashboard.launch import DEFAULT_HOST, app_path
+from kvtrace.analyze.reader.session import log_named
 
 if TYPE_CHECKING:
-    from analyze.dashboard.launch import Dashboard
+    from kvtrace.analyze.dashboard.launch import Dashboard
 
 FOLLOW_NICE = 10  # a followed capture's program and the capture itself come first
 
@@ -32,7 +32,7 @@ class _Stopped(Exception):
 def child_setup(follow: bool) -> Callable[[], None]:
     """What the streamlit child does before it starts: die with this process; when following a capture,
     yield the CPU to it."""
-    from capture.process import die_with_parent
+    from kvtrace.capture.process import die_with_parent
 
     def setup() -> None:
         die_with_parent()
@@ -45,7 +45,7 @@ def child_setup(follow: bool) -> Callable[[], None]:
 
 def start_dashboard(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None, *, follow: bool = False,
                     quiet: bool = False) -> Dashboard:
-    from analyze.dashboard.launch import launch
+    from kvtrace.analyze.dashboard.launch import launch
 
     return launch(path, host, port, follow=follow, preexec_fn=child_setup(follow), quiet=quiet)
 
@@ -110,7 +110,7 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
       kvtrace dashboard sessions/20261130-0945-run-llama-server --follow   # a capture still running
       kvtrace dashboard server.log.gz --port 8600
     """
-    from analyze.reader.source import InputError, resolve_path
+    from kvtrace.analyze.reader.source import InputError, resolve_path
 
     if source is not None and str(source) == "-":
         raise click.UsageError("the dashboard cannot read stdin: save the log to a file and pass its path, or "

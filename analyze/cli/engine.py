@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from analyze.cli.options import json_flag, progress_option, session_out_option, want_progress
-from capture.engine.config import (
+from kvtrace.analyze.cli.options import json_flag, progress_option, session_out_option, want_progress
+from kvtrace.capture.engine.config import (
     DRAFTING,
     FAULTS,
     MAX_DEVICES,
@@ -20,10 +20,10 @@ from capture.engine.config import (
     EngineError,
     require_llama_cpp,
 )
-from capture.engine.lines import FLAVORS
+from kvtrace.capture.engine.lines import FLAVORS
 
 if TYPE_CHECKING:
-    from capture.engine.records import EngineResult
+    from kvtrace.capture.engine.records import EngineResult
 
 
 def _tensor_split(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[float, ...]:
@@ -83,7 +83,7 @@ def _engine_options(f: Any) -> Any:
                      "stopped when the capture ends: a multi-GPU layout on one CPU."),
         click.option("--rpc", callback=_endpoints, metavar="HOST:PORT,...",
                      help="Your own llama.cpp RPC servers on loopback, each one more device (run one with "
-                     "python -m capture.engine.rpc_server -p PORT: the same llama.cpp)."),
+                     "python -m kvtrace.capture.engine.rpc_server -p PORT: the same llama.cpp)."),
         click.option("--draft-device", "-devd", default="", metavar="DEVICE",
                      help="The drafter's device, as llama-server's -devd: RPC1 (names as llama.cpp gives "
                      "them, RPC0 first), none = the CPU; default: the target's devices."),
@@ -133,10 +133,10 @@ def capture_engine(config: EngineConfig, out: Path | None, label: str = "") -> E
     import signal
     import threading
 
-    from analyze.reader.session import new_session
-    from capture.engine import engine_models, run_engine
-    from capture.engine.config import EngineStopped, check_stop, request_stop
-    from capture.engine.devices import open_devices
+    from kvtrace.analyze.reader.session import new_session
+    from kvtrace.capture.engine import engine_models, run_engine
+    from kvtrace.capture.engine.config import EngineStopped, check_stop, request_stop
+    from kvtrace.capture.engine.devices import open_devices
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     main = threading.current_thread() is threading.main_thread()
@@ -233,7 +233,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
 def _dashboard_ready() -> bool:
     """`kvtrace demo` opens the dashboard only once the app exists (an empty placeholder does not count)."""
     try:
-        from analyze.dashboard.launch import app_path
+        from kvtrace.analyze.dashboard.launch import app_path
     except ImportError:
         return False
     app = app_path()
@@ -265,7 +265,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
       kvtrace demo --devices 2
       kvtrace demo --out ./demo-session --port 8600
     """
-    from capture.models import ensure_upstream_drafter
+    from kvtrace.capture.models import ensure_upstream_drafter
 
     try:
         require_llama_cpp()
@@ -293,9 +293,9 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
         click.echo(f"    devices: {layout_text(result.layout)}", err=True)
     click.echo("3/3 triage:", err=True)
     try:
-        import analyze
-        from analyze.cli.read import format_verdict
-        from analyze.reader.session import log_of
+        from kvtrace import analyze
+        from kvtrace.analyze.cli.read import format_verdict
+        from kvtrace.analyze.reader.session import log_of
     except ImportError:  # the reader is not installed: the capture is still there to read later
         click.echo(f"    the log reader is not available; read the session later: kvtrace triage {result.session}")
         return
@@ -309,7 +309,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo(format_verdict(verdict))
     if no_dashboard or not _dashboard_ready():
         return
-    from analyze.cli.dashboard import serve, start_dashboard
+    from kvtrace.analyze.cli.dashboard import serve, start_dashboard
 
     dash = start_dashboard(result.session, port=port)
     click.echo(f"\nkvtrace dashboard: {dash.url}  (Ctrl-C to stop)")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +57,7 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
     """Files as given; a folder means every log in it and every GitHub thread saved as `.json` (`gh issue view
     N --json ... > N.json`), other JSON files left alone (a session folder means its raw.log); a list of issues
     (`gh issue list --json number,title,body,comments,url`) means each of its issues, `PATH#NUMBER`."""
-    from analyze.reader.session import is_session
+    from kvtrace.analyze.reader.session import is_session
 
     for src in sources:
         path = Path(src)
@@ -74,7 +74,7 @@ def expand_sources(sources: tuple[str, ...]) -> Iterator[str]:
 def _reports(src: str, threads_only: bool = False) -> list[str]:
     """A file as given, or each issue of a list of issues in it; `threads_only`: nothing unless it holds a thread
     (a folder's other JSON files are no reports)."""
-    from analyze.reader.thread import thread_keys
+    from kvtrace.analyze.reader.thread import thread_keys
 
     path = Path(src)
     keys = thread_keys(path) if src != "-" and path.is_file() and path.suffix != ".gz" else None
@@ -90,7 +90,7 @@ def warn(message: str) -> None:
 def parse_or_none(src: str, progress: bool, jobs: int = 1) -> ParseResult | None:
     """Parse one log; a log that cannot be read is reported in one line and gives None. What was read only in
     part (a .gz cut short, a file that shrank) is said on stderr, whatever the command does with the result."""
-    import analyze
+    from kvtrace import analyze
 
     try:
         result = analyze.parse(src, progress=progress, jobs=jobs)
@@ -119,7 +119,7 @@ scheduler_option = click.option(
 
 def cluster_client(address: str) -> Any:
     """A client of the Dask scheduler at `address`, or exit 2 with one line (no extra, no scheduler)."""
-    from analyze.fleet.cluster import ClusterError, connect
+    from kvtrace.analyze.fleet.cluster import ClusterError, connect
 
     try:
         return connect(address)

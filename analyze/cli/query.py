@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.options import fail
+from kvtrace.analyze.cli.options import fail
 
 
 @click.command("query")
@@ -37,7 +37,7 @@ def query_command(sql: str, folders: tuple[Path, ...], as_csv: bool, as_json: bo
       # the logs that could not be read
       kvtrace query "SELECT source, error FROM verdicts WHERE error IS NOT NULL" fleet.kvt --json
     """
-    from analyze.fleet.dataset import DatasetError, query
+    from kvtrace.analyze.fleet.dataset import DatasetError, query
 
     if as_csv and as_json:
         fail("--csv and --json: choose one")

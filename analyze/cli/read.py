@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from analyze.cli.options import (
+from kvtrace.analyze.cli.options import (
     cluster_client,
     expand_sources,
     fail,
@@ -21,11 +21,11 @@ from analyze.cli.options import (
     want_progress,
     warn,
 )
-from analyze.cli.reports import triage_table
+from kvtrace.analyze.cli.reports import triage_table
 
 if TYPE_CHECKING:
-    from analyze.fleet.dataset import Parsed
-    from analyze.reader.verdict import Verdict
+    from kvtrace.analyze.fleet.dataset import Parsed
+    from kvtrace.analyze.reader.verdict import Verdict
 
 
 @click.command("parse")
@@ -57,8 +57,8 @@ def parse_command(sources: tuple[str, ...], out: Path | None, as_json: bool, job
       kvtrace parse --dataset reports/ -o reports.kvt  # then: kvtrace query "..." reports.kvt
       kvtrace parse --scheduler 10.0.0.5:8786 /shared/logs/ s3://bucket/fleet/a.log.gz -o fleet.kvt
     """
-    import analyze
-    from analyze.reader.session import is_session
+    from kvtrace import analyze
+    from kvtrace.analyze.reader.session import is_session
 
     paths = list(expand_sources(sources))
     if dataset or scheduler is not None:
@@ -97,8 +97,8 @@ def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None
     as it arrives. A log that cannot be read is its verdicts row with the error (and exit 2 at the end)."""
     from functools import partial
 
-    import analyze
-    from analyze.fleet.dataset import parsed, write_log
+    from kvtrace import analyze
+    from kvtrace.analyze.fleet.dataset import parsed, write_log
 
     summaries: list[dict[str, object]] = []
 
@@ -120,7 +120,7 @@ def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None
                        f"errors, {summary['events']} events -> {out}/ ({r.verdict.kind})")
 
     if scheduler is not None:
-        from analyze.fleet import cluster
+        from kvtrace.analyze.fleet import cluster
 
         client = cluster_client(scheduler)
         try:
@@ -205,7 +205,7 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
         return
     if scheduler is not None:
         fail("--scheduler goes with --table (or --csv)")
-    from analyze.findings.counters import server_counters
+    from kvtrace.analyze.findings.counters import server_counters
 
     bad = 0
     first = True

@@ -1,4 +1,5 @@
-"""`kvtrace redact`: a log without the prompts and answers, to attach to a bug report (analyze.reader.redact)."""
+"""`kvtrace redact`: a log without the prompts and answers, to attach to a bug report
+(kvtrace.analyze.reader.redact)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from analyze.cli.options import fail, json_flag, out_option
+from kvtrace.analyze.cli.options import fail, json_flag, out_option
 
 if TYPE_CHECKING:
-    from analyze.reader.redact import RedactSummary
+    from kvtrace.analyze.reader.redact import RedactSummary
 
 
 def summary_lines(summary: RedactSummary, dest: str) -> list[str]:
     """What a redaction removed, for stderr: one line in all, then one per kind of text."""
-    from analyze.reader.redact import BY_NAME
+    from kvtrace.analyze.reader.redact import BY_NAME
 
     lines = [f"kvtrace: wrote {dest}: {summary.changed:,} of {summary.lines:,} lines redacted (prompts and answers "
              "removed; positions, sequences, sizes, errors and statistics kept)"]
@@ -53,9 +54,9 @@ def redact_command(source: str, out: Path | None, as_json: bool) -> None:
       kvtrace redact server.log -o server-shareable.log
       kvtrace redact server.log.gz -o - | gzip > shareable.log.gz
     """
-    import analyze
-    from analyze.reader.redact import redact_file, redact_session, redact_to
-    from analyze.reader.session import SHAREABLE, folder_of, is_session, log_of
+    from kvtrace import analyze
+    from kvtrace.analyze.reader.redact import redact_file, redact_session, redact_to
+    from kvtrace.analyze.reader.session import SHAREABLE, folder_of, is_session, log_of
 
     folder = folder_of(Path(source)) if source != "-" else None
     session = folder if folder is not None and is_session(folder) else None

@@ -1,5 +1,5 @@
 """`kvtrace report`, `kvtrace compare`, `kvtrace export` and `kvtrace triage --table`: thin click commands
-over analyze.views.report, analyze.findings.compare, analyze.views.perfetto and analyze.views.triage."""
+over the views (report, perfetto, triage) and the findings' compare."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.options import (
+from kvtrace.analyze.cli.options import (
     cluster_client,
     fail,
     json_option,
@@ -53,7 +53,7 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
       gh issue view 28 --json title,body,comments | kvtrace report - --format github
       kvtrace report "$GITHUB_EVENT_PATH" --format github -o comment.md
     """
-    from analyze.views.report import github_comment, html_report, markdown_report
+    from kvtrace.analyze.views.report import github_comment, html_report, markdown_report
 
     result = parse_or_fail(source, progress)
     # a session folder is named by the folder (its log is always raw.log); never by the full path
@@ -89,7 +89,7 @@ def compare_command(before: str, after: str, as_json: bool, progress: bool | Non
       kvtrace compare sessions/…-stale-drafter sessions/…-none --json | jq .verdict
       kvtrace compare main.log fix.log && echo "the fix works"
     """
-    from analyze.findings.compare import compare, format_comparison
+    from kvtrace.analyze.findings.compare import compare, format_comparison
 
     a, b = parse_or_fail(before, progress), parse_or_fail(after, progress)
     c = compare(a, b, (before, after))
@@ -113,7 +113,7 @@ def export_command(source: str, out: Path, progress: bool | None) -> None:
       kvtrace export server.log --perfetto trace.json
       kvtrace export sessions/20261130-101500-engine-stale-drafter --perfetto stale.json
     """
-    from analyze.views.perfetto import write_trace
+    from kvtrace.analyze.views.perfetto import write_trace
 
     result = parse_or_fail(source, progress)
     try:
@@ -127,14 +127,14 @@ def triage_table(sources: list[str], jobs: int, as_csv: bool, progress: bool | N
                  scheduler: str | None = None) -> None:
     """`kvtrace triage --table`: one row per log, clustered; exit 2 if a log could not be read. With
     `scheduler`, the logs are parsed on that Dask cluster's workers."""
-    from analyze.views.triage import cluster, to_csv, to_markdown, triage_row, triage_rows
+    from kvtrace.analyze.views.triage import cluster, to_csv, to_markdown, triage_row, triage_rows
 
     if jobs < 1:
         fail("--jobs must be at least 1")
     if scheduler is not None:
         from functools import partial
 
-        from analyze.fleet import cluster as dask_cluster
+        from kvtrace.analyze.fleet import cluster as dask_cluster
 
         client = cluster_client(scheduler)
         try:

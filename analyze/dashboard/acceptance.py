@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analyze.findings.acceptance import Acceptance, acceptance
-from analyze.findings.counters import ServerCounters, server_counters
-from analyze.reader.parser import ParseResult
-from analyze.views.acceptance import (
+from kvtrace.analyze.findings.acceptance import Acceptance, acceptance
+from kvtrace.analyze.findings.counters import ServerCounters, server_counters
+from kvtrace.analyze.reader.parser import ParseResult
+from kvtrace.analyze.views.acceptance import (
     over_time_figure,
     per_position_figure,
     per_request_figure,
     request_table,
     slot_table,
 )
-from analyze.views.report import disagreement_text
+from kvtrace.analyze.views.report import disagreement_text
 
 _CONFIG = {"displaylogo": False}
 

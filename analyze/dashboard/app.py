@@ -1,5 +1,5 @@
-"""The script Streamlit runs for `kvtrace dashboard`: the page lives in analyze.dashboard.page."""
+"""The script Streamlit runs for `kvtrace dashboard`: the page lives in kvtrace.analyze.dashboard.page."""
 
-from analyze.dashboard.page import main
+from kvtrace.analyze.dashboard.page import main
 
 main()

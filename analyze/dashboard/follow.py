@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyze.reader.parser import ParseResult, StreamParser
-from analyze.reader.session import (
+from kvtrace.analyze.reader.parser import ParseResult, StreamParser
+from kvtrace.analyze.reader.session import (
     KEY_END,
     KEY_ENDED,
     KEY_HOST,
@@ -28,7 +28,7 @@ from analyze.reader.session import (
     log_named,
     read_manifest,
 )
-from analyze.reader.source import FileTail
+from kvtrace.analyze.reader.source import FileTail
 
 READ_BUDGET = 32 << 20  # bytes parsed per poll at most, so a page update never waits on a whole big log
 READ_SIZE = 4 << 20

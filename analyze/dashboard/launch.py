@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyze.reader.session import free_port
+from kvtrace.analyze.reader.session import free_port
 
 OPEN_ENV = "KVTRACE_OPEN"
 FOLLOW_ENV = "KVTRACE_FOLLOW"
@@ -31,7 +31,7 @@ def app_path() -> Path:
 def streamlit_command(host: str, port: int) -> list[str]:
     return [
         # `streamlit run`, with the opened log read while the server starts (analyze/dashboard/serve.py)
-        sys.executable, "-m", "analyze.dashboard.serve", "run", str(app_path()),
+        sys.executable, "-m", "kvtrace.analyze.dashboard.serve", "run", str(app_path()),
         "--server.address", host,
         "--server.port", str(port),
         "--server.headless", "true",

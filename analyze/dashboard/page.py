@@ -22,14 +22,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import analyze
-from analyze.dashboard import preload
-from analyze.dashboard.acceptance import show_acceptance, show_counters_finding
-from analyze.dashboard.follow import Follower, LiveState
-from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
-from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
-from analyze.findings.overview import overview
-from analyze.findings.positions import (
+from kvtrace import analyze
+from kvtrace.analyze.dashboard import preload
+from kvtrace.analyze.dashboard.acceptance import show_acceptance, show_counters_finding
+from kvtrace.analyze.dashboard.follow import Follower, LiveState
+from kvtrace.analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
+from kvtrace.analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from kvtrace.analyze.findings.overview import overview
+from kvtrace.analyze.findings.positions import (
     XAxis,
     batches_per_sequence,
     choose_axis,
@@ -38,18 +38,24 @@ from analyze.findings.positions import (
     opening_sequence,
     sequences,
 )
-from analyze.reader.definitions import SYNTHETIC_NOTE
-from analyze.reader.devices import device_rows, layout_line, placement_rows
-from analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
-from analyze.views.bundle import zip_tables
-from analyze.views.downsample import DEFAULT_MAX_POINTS
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure, waiting_figure
-from analyze.views.report import escape, headline, markdown_report, what_to_do
+from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
+from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
+from kvtrace.analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
+from kvtrace.analyze.views.bundle import zip_tables
+from kvtrace.analyze.views.downsample import DEFAULT_MAX_POINTS
+from kvtrace.analyze.views.figures import (
+    acceptance_figure,
+    compare_figure,
+    delta_figure,
+    position_figure,
+    waiting_figure,
+)
+from kvtrace.analyze.views.report import escape, headline, markdown_report, what_to_do
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
 
-    from analyze import ParseResult
+    from kvtrace.analyze import ParseResult
 
 # the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"

@@ -1,7 +1,7 @@
 """Reading the log named on the command line while the dashboard's server starts, so the first page waits
 only for what is left of the parse (`kvtrace dashboard big.log`: the work starts when the user asks for it).
 
-The parse runs in its own process (`python -m analyze.dashboard.preload PATH OUT`), so it has a core of its own
+The parse runs in its own process (`python -m kvtrace.analyze.dashboard.preload PATH OUT`), so it has a core of its own
 while streamlit starts, and hands its result over as a pickle. The job is keyed by the file's path, size and
 modification time: a page asking about other bytes parses them itself.
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyze.reader.session import log_named
+from kvtrace.analyze.reader.session import log_named
 
 if TYPE_CHECKING:  # the server imports this before streamlit starts: the reader (pandas) loads in the child
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 Parsed = tuple["ParseResult | None", "str | None"]
 
@@ -55,7 +55,7 @@ def start(path: str) -> None:
     fd, out = tempfile.mkstemp(prefix="kvtrace-preload-", suffix=".pickle")
     os.close(fd)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "analyze.dashboard.preload", path, out],
+        proc = subprocess.Popen([sys.executable, "-m", "kvtrace.analyze.dashboard.preload", path, out],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         os.unlink(out)
@@ -99,8 +99,8 @@ def discard() -> None:
 
 
 def _child(path: str, out: str) -> int:
-    from analyze.reader.parser import parse
-    from analyze.reader.source import InputError
+    from kvtrace.analyze.reader.parser import parse
+    from kvtrace.analyze.reader.source import InputError
 
     parent = os.getppid()
     try:

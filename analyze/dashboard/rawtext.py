@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.reader.normalize import clean_chunk
-from analyze.reader.source import open_source, resolve_path
+from kvtrace.analyze.reader.normalize import clean_chunk
+from kvtrace.analyze.reader.source import open_source, resolve_path
 
 
 class RawText:

@@ -1,6 +1,6 @@
-"""The dashboard's server process: `python -m analyze.dashboard.serve [streamlit run arguments]`.
+"""The dashboard's server process: `python -m kvtrace.analyze.dashboard.serve [streamlit run arguments]`.
 
-It is `streamlit run`, with the log named by KVTRACE_OPEN already being read (analyze.dashboard.preload) while
+It is `streamlit run`, with the log named by KVTRACE_OPEN already being read (kvtrace.analyze.dashboard.preload) while
 streamlit starts; a followed log (KVTRACE_FOLLOW) is read by the page itself as it grows.
 """
 
@@ -10,16 +10,17 @@ import importlib
 import os
 import sys
 
-from analyze.dashboard import preload
-from analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
+from kvtrace.analyze.dashboard import preload
+from kvtrace.analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 
 # What the page's first run imports, loaded before the server answers (while the log is read beside it): on a
 # fresh server the first page otherwise waited about a second more for pandas, plotly and the reader. Not in a
 # thread: streamlit's own imports running at the same time would meet half-initialised modules.
-WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "analyze", "analyze.reader.parser",
-                "analyze.reader.devices", "analyze.views.bundle", "analyze.views.figures", "analyze.dashboard.follow",
-                "analyze.findings.overview", "analyze.findings.positions", "analyze.dashboard.rawtext",
-                "analyze.views.report", "analyze.dashboard.page")
+WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "kvtrace.analyze",
+                "kvtrace.analyze.reader.parser", "kvtrace.analyze.reader.devices", "kvtrace.analyze.views.bundle",
+                "kvtrace.analyze.views.figures", "kvtrace.analyze.dashboard.follow",
+                "kvtrace.analyze.findings.overview", "kvtrace.analyze.findings.positions",
+                "kvtrace.analyze.dashboard.rawtext", "kvtrace.analyze.views.report", "kvtrace.analyze.dashboard.page")
 
 
 def _warm() -> None:

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from analyze.findings.counters import COUNTERS, line_arrivals, read_metrics
-from analyze.reader.session import folder_of
+from kvtrace.analyze.findings.counters import COUNTERS, line_arrivals, read_metrics
+from kvtrace.analyze.reader.session import folder_of
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 TIME_BUCKETS = 60  # the log's steps over time, summed into about this many buckets

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from analyze.findings.signatures import match_signature
+from kvtrace.analyze.findings.signatures import match_signature
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 VERDICTS = ("fixed", "regressed", "still_failing", "unchanged")
 # Exit status per verdict: 0 when B is healthy and nothing got worse, 1 when B still fails or got worse.

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.reader.session import KEY_METRICS, METRICS, folder_of, load_chunks, log_of, read_manifest
+from kvtrace.analyze.reader.session import KEY_METRICS, METRICS, folder_of, load_chunks, log_of, read_manifest
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 COUNTERS: dict[str, str] = {
     "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",

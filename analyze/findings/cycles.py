@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.reader.definitions import CYCLE_BOUNDARIES
-from analyze.reader.records import detail_of, int_or_none
-from analyze.reader.spec import NONE, keeping
+from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
+from kvtrace.analyze.reader.records import detail_of, int_or_none
+from kvtrace.analyze.reader.spec import NONE, keeping
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 
 @dataclass(slots=True)

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analyze.findings.positions import Divergence, choose_axis, first_divergence
-from analyze.reader.definitions import SYNTHETIC_NOTE
+from kvtrace.analyze.findings.positions import Divergence, choose_axis, first_divergence
+from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pandas as pd
 
-from analyze.reader.definitions import CYCLE_BOUNDARIES
-from analyze.reader.spec import MIRROR, OWN, keeping
+from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
+from kvtrace.analyze.reader.spec import MIRROR, OWN, keeping
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 CONTEXTS = ("target", "drafter")
 

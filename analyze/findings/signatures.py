@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analyze.findings.cycles import CycleStats, cycle_stats
-from analyze.reader.concepts import CONCEPT_PREFIX
-from analyze.reader.definitions import stale_drafter
-from analyze.reader.devices import devices_holding
-from analyze.reader.normalize import message
-from analyze.reader.records import lines_of, opt_int
-from analyze.reader.verdict import failing_side
+from kvtrace.analyze.findings.cycles import CycleStats, cycle_stats
+from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
+from kvtrace.analyze.reader.definitions import stale_drafter
+from kvtrace.analyze.reader.devices import devices_holding
+from kvtrace.analyze.reader.normalize import message
+from kvtrace.analyze.reader.records import lines_of, opt_int
+from kvtrace.analyze.reader.verdict import failing_side
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
-    from analyze.reader.verdict import Verdict
+    from kvtrace.analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.verdict import Verdict
 
 DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")

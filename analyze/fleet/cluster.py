@@ -14,14 +14,14 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from analyze.reader.source import InputError, resolve_path
-from analyze.reader.split import MIN_PIECE
+from kvtrace.analyze.reader.source import InputError, resolve_path
+from kvtrace.analyze.reader.split import MIN_PIECE
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from analyze.reader.parser import ParseResult
-    from analyze.reader.split import Piece, PieceResult
+    from kvtrace.analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.split import Piece, PieceResult
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def read(source: str, piece_bytes: int | None = None) -> ParseResult:
     """Parse one log on a worker: a URL through fsspec, a path as `analyze.parse` reads it, a big log's
     pieces as tasks on the cluster (`piece_bytes` forces their size: tests cut small logs). Raises
     InputError for a log that cannot be read."""
-    import analyze
+    from kvtrace import analyze
 
     if is_url(source):
         return _read_url(source)
@@ -114,7 +114,7 @@ def read(source: str, piece_bytes: int | None = None) -> ParseResult:
 def _read_url(source: str) -> ParseResult:
     import fsspec
 
-    import analyze
+    from kvtrace import analyze
 
     try:
         with fsspec.open(source, "rb") as f:

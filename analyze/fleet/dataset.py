@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analyze.reader.session import VERDICT, table_file
-from analyze.reader.source import InputError
+from kvtrace.analyze.reader.session import VERDICT, table_file
+from kvtrace.analyze.reader.source import InputError
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 EXTRA = "kvtrace[cluster]"
 LOG_TABLES = ("batches", "kv", "errors", "events", "meta")
@@ -54,7 +54,7 @@ class Parsed:
 
 def parsed(source: str, read: Callable[[str], ParseResult] | None = None) -> Parsed:
     """Parse one log (top-level, so a cluster's workers can run it); `read` parses it some other way."""
-    import analyze
+    from kvtrace import analyze
 
     try:
         return Parsed(source, (read or analyze.parse)(source))
@@ -75,7 +75,7 @@ def verdict_row(p: Parsed) -> dict[str, Any]:
     row.update(source=p.source, error=p.error or None)
     if p.result is None:
         return row
-    from analyze.findings.signatures import match_signature
+    from kvtrace.analyze.findings.signatures import match_signature
 
     v = p.result.verdict
     m = match_signature(p.result)

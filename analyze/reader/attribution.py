@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from analyze.reader.records import CONTEXT_NAMES
+from kvtrace.analyze.reader.records import CONTEXT_NAMES
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from analyze.reader.normalize import parse_prefix
+from kvtrace.analyze.reader.normalize import parse_prefix
 
 CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recognised
 _S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analyze.reader.normalize import decode
-from analyze.reader.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
-from analyze.reader.source import (
+from kvtrace.analyze.reader.normalize import decode
+from kvtrace.analyze.reader.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
+from kvtrace.analyze.reader.source import (
     CHUNK,
     GzipReader,
     InputError,
@@ -26,14 +26,14 @@ from analyze.reader.source import (
     open_source,
     resolve_path,
 )
-from analyze.reader.stream import LiveParser
-from analyze.reader.tables import build_all
-from analyze.reader.thread import Thread
-from analyze.reader.verdict import Verdict, decide
-from analyze.reader.walker import Walker
+from kvtrace.analyze.reader.stream import LiveParser
+from kvtrace.analyze.reader.tables import build_all
+from kvtrace.analyze.reader.thread import Thread
+from kvtrace.analyze.reader.verdict import Verdict, decide
+from kvtrace.analyze.reader.walker import Walker
 
 if TYPE_CHECKING:
-    from analyze.reader.split import PieceMap
+    from kvtrace.analyze.reader.split import PieceMap
 
 TABLES = ("batches", "kv", "errors", "events")
 
@@ -117,7 +117,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     opened = open_source(source, name)
     if ((jobs > 1 or piece_bytes) and opened.thread is None and isinstance(source, str | os.PathLike)
             and str(source) != "-"):
-        from analyze.reader.split import split_walk
+        from kvtrace.analyze.reader.split import split_walk
 
         with contextlib.ExitStack() as stack:
             if isinstance(opened.stream, GzipReader):

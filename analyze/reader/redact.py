@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from analyze.reader.session import (
+from kvtrace.analyze.reader.session import (
     KEY_PING_CONFIG,
     KEY_REDACTED,
     RAW_LOG,
@@ -30,7 +30,7 @@ from analyze.reader.session import (
     now_iso,
     read_manifest,
 )
-from analyze.reader.source import MAX_LINE, Source, open_source
+from kvtrace.analyze.reader.source import MAX_LINE, Source, open_source
 
 PLACEHOLDER = b"[redacted]"
 PIECE_WIDTH = 16  # a batch dump prints a token's piece as %16s

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from analyze.reader.normalize import clean_chunk, decode
-from analyze.reader.session import RAW_LOG, log_of
+from kvtrace.analyze.reader.normalize import clean_chunk, decode
+from kvtrace.analyze.reader.session import RAW_LOG, log_of
 
 if TYPE_CHECKING:
-    from analyze.reader.thread import Thread
+    from kvtrace.analyze.reader.thread import Thread
 
 CHUNK = 64 << 10  # small enough to stay in cache: 4 MB chunks cost a third more on page faults alone
 MAX_LINE = 1 << 20  # longer lines are cut here: no llama.cpp line is anywhere near this long
@@ -96,7 +96,7 @@ def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
     """A GitHub thread's JSON (by content) is read as its parts' text, `issue` the one of a list of issues to read;
     any other input is left as it is. (A gzip is not looked into: its reader keeps what a truncation left, and a
     thread is never that big.)"""
-    from analyze.reader.thread import MAX_THREAD, decode_json, issues_of, looks_like_json, thread_of
+    from kvtrace.analyze.reader.thread import MAX_THREAD, decode_json, issues_of, looks_like_json, thread_of
 
     stream = opened.stream
     if isinstance(stream, GzipReader) or not looks_like_json(cast(io.BufferedReader, stream).peek(64)[:64]):

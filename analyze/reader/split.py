@@ -26,10 +26,10 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyze.reader.devices import Layout
-from analyze.reader.records import KEEP_LINES_FOR, NA
-from analyze.reader.source import Opened, iter_chunks
-from analyze.reader.walker import Walker
+from kvtrace.analyze.reader.devices import Layout
+from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA
+from kvtrace.analyze.reader.source import Opened, iter_chunks
+from kvtrace.analyze.reader.walker import Walker
 
 WARM_BYTES = 64 << 10  # read before a cut to rebuild the hint state (hints reach back 12 lines at most)
 MIN_PIECE = 8 << 20  # below this a piece is not worth a process

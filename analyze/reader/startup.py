@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import re
 
-from analyze.reader.concepts import CRASH
-from analyze.reader.records import Event, Failure
+from kvtrace.analyze.reader.concepts import CRASH
+from kvtrace.analyze.reader.records import Event, Failure
 
 # llama.cpp's own words for a message that is not a problem: "(this warning is normal during memory fitting)"
 NORMAL_MARK = re.compile(r"\b(?:this|the) (?:warning|error|message|failure) is (?:normal|expected|harmless)\b"

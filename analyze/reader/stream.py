@@ -4,9 +4,9 @@ reader's start-up (no pandas)."""
 
 from __future__ import annotations
 
-from analyze.reader.normalize import clean_chunk, decode
-from analyze.reader.records import CONTEXT_NAMES, NA, LiveStats
-from analyze.reader.walker import Walker
+from kvtrace.analyze.reader.normalize import clean_chunk, decode
+from kvtrace.analyze.reader.records import CONTEXT_NAMES, NA, LiveStats
+from kvtrace.analyze.reader.walker import Walker
 
 
 class LiveParser:

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
-from analyze.reader.devices import placement
-from analyze.reader.normalize import readable
-from analyze.reader.records import NA, Event, Failure
-from analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
-from analyze.reader.startup import split_notices
-from analyze.reader.walker import Walker
+from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
+from kvtrace.analyze.reader.devices import placement
+from kvtrace.analyze.reader.normalize import readable
+from kvtrace.analyze.reader.records import NA, Event, Failure
+from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
+from kvtrace.analyze.reader.startup import split_notices
+from kvtrace.analyze.reader.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
                  "pos_max", "n_outputs", "embd", "ok"]

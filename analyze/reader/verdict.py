@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.reader.concepts import CONCEPT_PREFIX
-from analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
-from analyze.reader.normalize import message
-from analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
+from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
+from kvtrace.analyze.reader.normalize import message
+from kvtrace.analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {

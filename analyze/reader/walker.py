@@ -15,10 +15,10 @@ import os
 import re
 from typing import Any
 
-from analyze.reader.attribution import caller_side, frame_side
-from analyze.reader.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
-from analyze.reader.devices import LAYOUT_KINDS, Layout, add_device, backend_of
-from analyze.reader.normalize import (
+from kvtrace.analyze.reader.attribution import caller_side, frame_side
+from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
+from kvtrace.analyze.reader.devices import LAYOUT_KINDS, Layout, add_device, backend_of
+from kvtrace.analyze.reader.normalize import (
     GLUED_LEN,
     LLAMA_PREFIX,
     WRAP_CUE,
@@ -32,8 +32,8 @@ from analyze.reader.normalize import (
     uncut,
     unescape,
 )
-from analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
-from analyze.reader.records import (
+from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
+from kvtrace.analyze.reader.records import (
     CONTEXT_CODES,
     KEEP_LINES_FOR,
     NA,
@@ -48,7 +48,9 @@ from analyze.reader.records import (
 )
 
 try:
-    from analyze.reader import _skim  # the hot lines in C (analyze/reader/_skim.c); absent where it could not be built
+    from kvtrace.analyze.reader import (
+        _skim,  # the hot lines in C (analyze/reader/_skim.c); absent where it could not be built
+    )
 except ImportError:  # pragma: no cover - a build without a C compiler
     _skim = None  # type: ignore[assignment]
 if os.environ.get("KVTRACE_PURE_PYTHON"):  # the walker alone: to compare with, or to rule the C code out

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analyze.findings.acceptance import Acceptance
-from analyze.views.figures import COLOURS
+from kvtrace.analyze.findings.acceptance import Acceptance
+from kvtrace.analyze.views.figures import COLOURS
 
 SERVER_COLOUR = "#2ca02c"
 _MARGIN = {"l": 60, "r": 20, "t": 50, "b": 50}

@@ -10,10 +10,10 @@ import json
 import zipfile
 from typing import TYPE_CHECKING
 
-from analyze.reader.session import VERDICT
+from kvtrace.analyze.reader.session import VERDICT
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 FORMATS = ("parquet", "csv")
 

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyze.findings.positions import (
+from kvtrace.analyze.findings.positions import (
     XAxis,
     apart,
     apart_stretches,
@@ -24,12 +24,12 @@ from analyze.findings.positions import (
     floats,
     stored_positions,
 )
-from analyze.reader.definitions import reset_events
-from analyze.reader.records import detail_of
-from analyze.views.downsample import DEFAULT_MAX_POINTS, envelope, minmax_indices
+from kvtrace.analyze.reader.definitions import reset_events
+from kvtrace.analyze.reader.records import detail_of
+from kvtrace.analyze.views.downsample import DEFAULT_MAX_POINTS, envelope, minmax_indices
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 COLOURS = {
     "target": "#1f6fc5",

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.findings.positions import choose_axis, sequences, stored_positions
-from analyze.reader.definitions import reset_events
-from analyze.reader.records import detail_of
+from kvtrace.analyze.findings.positions import choose_axis, sequences, stored_positions
+from kvtrace.analyze.reader.definitions import reset_events
+from kvtrace.analyze.reader.records import detail_of
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 PID = 1
 TIDS = {"target": 1, "drafter": 2, "unknown": 3}

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from analyze.findings.counters import ServerCounters, server_counters
-from analyze.findings.cycles import depth_series, depth_text
-from analyze.findings.overview import Overview, overview
-from analyze.findings.positions import XAxis, stored_positions
-from analyze.findings.signatures import SignatureMatch, match_signature, plain_summary
-from analyze.reader.definitions import SYNTHETIC_NOTE
-from analyze.reader.devices import device_rows, layout_line, placement_rows
+from kvtrace.analyze.findings.counters import ServerCounters, server_counters
+from kvtrace.analyze.findings.cycles import depth_series, depth_text
+from kvtrace.analyze.findings.overview import Overview, overview
+from kvtrace.analyze.findings.positions import XAxis, stored_positions
+from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature, plain_summary
+from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
+from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
-    from analyze.reader.thread import Part
-    from analyze.reader.verdict import Verdict
+    from kvtrace.analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.thread import Part
+    from kvtrace.analyze.reader.verdict import Verdict
 
 # Characters that can start emphasis, code, links, HTML, tables or headings inside one line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#&$])")
@@ -420,7 +420,7 @@ def _int_rows(frame: pd.DataFrame, ints: list[str]) -> list[list[str]]:
 def acceptance_blocks(result: ParseResult) -> list[Block]:
     """Acceptance over time, per draft position, per slot, and the worst and slowest requests (the numbers the
     dashboard draws; analyze/findings/acceptance.py)."""
-    from analyze.findings.acceptance import acceptance
+    from kvtrace.analyze.findings.acceptance import acceptance
 
     acc = acceptance(result)
     if acc.empty:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyze.findings.signatures import ORDER
-from analyze.reader.session import RAW_LOG
-from analyze.views.report import escape
+from kvtrace.analyze.findings.signatures import ORDER
+from kvtrace.analyze.reader.session import RAW_LOG
+from kvtrace.analyze.views.report import escape
 
 if TYPE_CHECKING:
-    from analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.parser import ParseResult
 
 
 @dataclass(slots=True)
@@ -62,8 +62,8 @@ def _name(source: str) -> str:
 def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) -> TriageRow:
     """Parse one log into its row (top-level, so worker processes can run it); `read` parses it some other
     way (on a cluster's worker: a URL, a big log's pieces on the cluster)."""
-    import analyze
-    from analyze.findings.signatures import match_signature
+    from kvtrace import analyze
+    from kvtrace.analyze.findings.signatures import match_signature
 
     try:
         result = (read or analyze.parse)(source)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from capture.engine.config import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError
+from kvtrace.capture.engine.config import DRAFTING, FAULTS, SPLIT_MODES, EngineConfig, EngineError
 
 if TYPE_CHECKING:
-    from capture.engine.records import GROUND_TRUTH_COLUMNS, EngineResult
-    from capture.engine.writer import engine_models, run_engine
+    from kvtrace.capture.engine.records import GROUND_TRUTH_COLUMNS, EngineResult
+    from kvtrace.capture.engine.writer import engine_models, run_engine
 
-_LAZY = {"GROUND_TRUTH_COLUMNS": "capture.engine.records", "EngineResult": "capture.engine.records",
-         "engine_models": "capture.engine.writer", "run_engine": "capture.engine.writer"}
+_LAZY = {"GROUND_TRUTH_COLUMNS": "kvtrace.capture.engine.records", "EngineResult": "kvtrace.capture.engine.records",
+         "engine_models": "kvtrace.capture.engine.writer", "run_engine": "kvtrace.capture.engine.writer"}
 
 __all__ = ["DRAFTING", "FAULTS", "GROUND_TRUTH_COLUMNS", "SPLIT_MODES", "EngineConfig", "EngineError",
            "EngineResult", "engine_models", "run_engine"]

@@ -8,8 +8,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from capture.engine.lines import FLAVORS
-from capture.rpc import is_loopback
+from kvtrace.capture.engine.lines import FLAVORS
+from kvtrace.capture.rpc import is_loopback
 
 FAULTS = ("none", "stale-drafter", "no-rollback")
 DRAFTING = ("block", "chain")

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from capture.engine.config import EngineConfig, EngineError
-from capture.engine.rpc_server import NoRpcBackend, command, load_ggml, rpc_proc
-from capture.gpus import query_gpus
-from capture.rpc import RpcError, RpcServers, start
+from kvtrace.capture.engine.config import EngineConfig, EngineError
+from kvtrace.capture.engine.rpc_server import NoRpcBackend, command, load_ggml, rpc_proc
+from kvtrace.capture.gpus import query_gpus
+from kvtrace.capture.rpc import RpcError, RpcServers, start
 
 KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}  # enum ggml_backend_dev_type
 NO_DEVICE = "none"  # --draft-device none: the drafter on the CPU, as llama-server's -devd none

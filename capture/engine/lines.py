@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, WARN, LogWriter
+from kvtrace.capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, WARN, LogWriter
 
 if TYPE_CHECKING:  # numpy stays out of `kvtrace --help`, which reads FLAVORS from here
     import numpy as np

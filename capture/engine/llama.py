@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from analyze.reader.session import RAW_LOG
-from capture.engine.config import SPLIT_MODES, EngineConfig, EngineError
+from kvtrace.analyze.reader.session import RAW_LOG
+from kvtrace.capture.engine.config import SPLIT_MODES, EngineConfig, EngineError
 
 # Set before the contexts exist: llama.cpp reads both once, with getenv, when a context is created.
 BATCH_DEBUG_ENV = "LLAMA_BATCH_DEBUG"

@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from capture.engine.config import EngineConfig, EngineError, check_stop
-from capture.engine.lines import RequestTimings, ServerLines, SpecStats, spc_prefix
-from capture.engine.llama import SEQ, Context, layer_input_api
-from capture.engine.llama_log import LogWriter
-from capture.engine.records import CycleRecord, DecodeRecord
-from capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair, gguf_meta
+from kvtrace.capture.engine.config import EngineConfig, EngineError, check_stop
+from kvtrace.capture.engine.lines import RequestTimings, ServerLines, SpecStats, spc_prefix
+from kvtrace.capture.engine.llama import SEQ, Context, layer_input_api
+from kvtrace.capture.engine.llama_log import LogWriter
+from kvtrace.capture.engine.records import CycleRecord, DecodeRecord
+from kvtrace.capture.models import MASK_ID, N_SPECIAL, WORDS, ModelPair, gguf_meta
 
 if TYPE_CHECKING:
-    from capture.engine.devices import RunDevices
+    from kvtrace.capture.engine.devices import RunDevices
 
 # Request kinds after the first ("new"), in turn: what a server slot sees between requests.
 REQUEST_KINDS = ("continue", "clear", "partial")

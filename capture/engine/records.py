@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capture.engine.config import EngineConfig
+from kvtrace.capture.engine.config import EngineConfig
 
 GROUND_TRUTH_COLUMNS = (
     "decode",

@@ -1,4 +1,4 @@
-"""One llama.cpp RPC device on the engine's own llama.cpp: `python -m capture.engine.rpc_server -p PORT`.
+"""One llama.cpp RPC device on the engine's own llama.cpp: `python -m kvtrace.capture.engine.rpc_server -p PORT`.
 
 llama-cpp-python built with `-DGGML_RPC=ON` ships libggml-rpc but not the `ggml-rpc-server` program (llama.cpp's
 tools are not built as a subproject). This is that program's main() over the same library: the CPU device
@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from capture.rpc import LOOPBACK, is_loopback
+from kvtrace.capture.rpc import LOOPBACK, is_loopback
 
 CPU_DEVICE = 0  # enum ggml_backend_dev_type: GGML_BACKEND_DEVICE_TYPE_CPU
 
@@ -78,7 +78,7 @@ def serve(host: str, port: int, threads: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m capture.engine.rpc_server",
+    parser = argparse.ArgumentParser(prog="python -m kvtrace.capture.engine.rpc_server",
                                      description="One llama.cpp RPC device (the CPU) on llama-cpp-python's ggml.")
     parser.add_argument("-H", "--host", default=LOOPBACK, help=f"loopback address to bind (default: {LOOPBACK})")
     parser.add_argument("-p", "--port", type=int, required=True)

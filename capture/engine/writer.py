@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from analyze.reader.session import (
+from kvtrace.analyze.reader.session import (
     GROUND_TRUTH,
     KEY_COMMAND_LINE,
     KEY_ENDED,
@@ -21,13 +21,13 @@ from analyze.reader.session import (
     now_iso,
     tool_version,
 )
-from capture.engine.config import EngineConfig, EngineError, EngineStopped
-from capture.engine.devices import RunDevices, open_devices
-from capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV
-from capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
-from capture.engine.loop import Engine
-from capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
-from capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
+from kvtrace.capture.engine.config import EngineConfig, EngineError, EngineStopped
+from kvtrace.capture.engine.devices import RunDevices, open_devices
+from kvtrace.capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV
+from kvtrace.capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
+from kvtrace.capture.engine.loop import Engine
+from kvtrace.capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
+from kvtrace.capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
 
 
 def model_entry(path: Path, models: ModelPair) -> dict[str, Any]:

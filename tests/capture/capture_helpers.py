@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from capture.llama_server import find_llama_server
+from kvtrace.capture.llama_server import find_llama_server
 
 BIN = Path(sys.executable).parent
 

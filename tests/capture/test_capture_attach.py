@@ -221,7 +221,7 @@ def test_any_url_that_streams_a_log_is_captured(tmp_path: Path, swap_server: str
 
 def test_the_library_returns_the_outcome_and_prints_no_summary(tmp_path: Path,
                                                                capfd: pytest.CaptureFixture[str]) -> None:
-    import capture
+    from kvtrace import capture
 
     out = tmp_path / "s"
     outcome = capture.run_attach(capture.FileSource(OK_LOG), capture.CaptureOptions(out=out))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from capture.gpus import apply_visible_devices, parse_nvidia_smi_csv, query_gpus
-from capture.llama_args import (
+from kvtrace.capture.gpus import apply_visible_devices, parse_nvidia_smi_csv, query_gpus
+from kvtrace.capture.llama_args import (
     add_log_flags,
     endpoint,
     is_llama_program,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from capture.llamaswap import ConfigError, resolve
+from kvtrace.capture.llamaswap import ConfigError, resolve
 from tests.capture.capture_helpers import manifest, run_kvtrace, write_script
 
 SEED_CONFIG = Path(__file__).parents[1] / "fixtures" / "llama-swap" / "beellama-28-seed.yaml"

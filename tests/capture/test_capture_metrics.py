@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyze.reader.session import free_port
-from capture import llama_args
-from capture.metrics import parse_metrics
-from capture.models import ensure_models
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.capture import llama_args
+from kvtrace.capture.metrics import parse_metrics
+from kvtrace.capture.models import ensure_models
 from tests.capture.capture_helpers import NEEDS_SERVER, manifest, run_kvtrace, start_kvtrace, wait_for, write_script
 
 EXPOSITION = """\

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analyze.reader.session import free_port, load_chunks
+from kvtrace.analyze.reader.session import free_port, load_chunks
 from tests.capture.capture_helpers import (
     end_lines,
     file_contains,
@@ -340,7 +340,7 @@ def test_kill_9_of_the_wrapper_loses_nothing_received(tmp_path: Path, py: str) -
     covered = int(chunks["offset"].iloc[-1] + chunks["nbytes"].iloc[-1])
     assert 0 <= len(raw) - covered <= 1 << 20  # at most the one chunk the kill interrupted
 
-    import analyze
+    from kvtrace import analyze
 
     result = analyze.parse(out / "raw.log")
     assert result.lines >= raw.count(b"\n")
@@ -479,9 +479,9 @@ def test_a_second_ctrl_c_stops_the_program_at_once(tmp_path: Path, py: str) -> N
 def test_the_end_says_why_the_live_summary_is_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], live: dict[str, object], why: str
 ) -> None:
-    from analyze.cli.capture import report_outcome
-    from analyze.reader.session import new_session
-    from capture.runner import Outcome
+    from kvtrace.analyze.cli.capture import report_outcome
+    from kvtrace.analyze.reader.session import new_session
+    from kvtrace.capture.runner import Outcome
 
     session = new_session("run", out=tmp_path / "s")
     report_outcome(Outcome("program exited", 0, 0, bytes=3_000_000, manifest={"live": live}, session=session.path),
@@ -592,6 +592,6 @@ def test_a_failed_ping_says_the_first_failures_status_and_the_servers_message(tm
     ("Internal Server Error\n\n  try again later", "Internal Server Error try again later"),
 ])
 def test_a_servers_error_answer_is_read_for_its_message(body: str, message: str) -> None:
-    from capture.ping import server_message
+    from kvtrace.capture.ping import server_message
 
     assert server_message(body) == message

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.session import free_port
-from capture.models import ensure_models
+from kvtrace import analyze
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.capture.models import ensure_models
 from tests.capture.capture_helpers import NEEDS_SERVER, end_lines, manifest, run_kvtrace
 
 pytestmark = NEEDS_SERVER

@@ -9,8 +9,8 @@ import stat
 import sys
 from pathlib import Path
 
-from analyze.reader.session import free_port
-from capture.devices import device_flags, list_devices, parse_devices, rpc_endpoints
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.capture.devices import device_flags, list_devices, parse_devices, rpc_endpoints
 from tests.capture.capture_helpers import manifest, run_kvtrace
 
 LISTING = """\

@@ -15,9 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyze.reader.session import Session, free_port, new_session
-from capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
-from capture.models import ModelParams, _write_upstream_drafter, ensure_models, ensure_upstream_drafter, sha256_file
+from kvtrace.analyze.reader.session import Session, free_port, new_session
+from kvtrace.capture.engine import GROUND_TRUTH_COLUMNS, EngineConfig, EngineError, EngineResult, run_engine
+from kvtrace.capture.models import (
+    ModelParams,
+    _write_upstream_drafter,
+    ensure_models,
+    ensure_upstream_drafter,
+    sha256_file,
+)
 
 from .capture_helpers import run_kvtrace, start_kvtrace, wait_for
 

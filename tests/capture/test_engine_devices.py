@@ -20,13 +20,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.session import free_port, new_session
-from analyze.views.report import markdown_report
-from capture.engine import EngineConfig, run_engine
-from capture.engine.rpc_server import command
-from capture.models import ensure_models, ensure_upstream_drafter
-from capture.rpc import LOOPBACK, rpc_servers
+from kvtrace import analyze
+from kvtrace.analyze.reader.session import free_port, new_session
+from kvtrace.analyze.views.report import markdown_report
+from kvtrace.capture.engine import EngineConfig, run_engine
+from kvtrace.capture.engine.rpc_server import command
+from kvtrace.capture.models import ensure_models, ensure_upstream_drafter
+from kvtrace.capture.rpc import LOOPBACK, rpc_servers
 
 from .capture_helpers import run_kvtrace, start_kvtrace, wait_for
 
@@ -364,7 +364,7 @@ def test_dashboard_names_the_devices_and_where_the_drafter_sits(env: dict[str, s
     panel lists RPC0 and RPC1 by endpoint, the layout line, and the drafter's layers on RPC1 only."""
     from streamlit.testing.v1 import AppTest
 
-    from analyze.dashboard.launch import OPEN_ENV
+    from kvtrace.analyze.dashboard.launch import OPEN_ENV
 
     session = tmp_path / "s"
     done = short(env, session, "--devices", "2", "-ts", "1,1", "-devd", "RPC1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, NONE, WARN, LogWriter, format_timestamp
+from kvtrace.capture.engine.llama_log import CONT, DEBUG, ERROR, INFO, NONE, WARN, LogWriter, format_timestamp
 
 
 def test_timestamp_fields() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from capture.models import (
+from kvtrace.capture.models import (
     BOS_ID,
     CHAT_TEMPLATE,
     MASK_ID,
@@ -79,7 +79,7 @@ def test_metadata_read_back(pair: ModelPair) -> None:
 def test_both_load_in_llama_cpp_with_one_vocabulary(pair: ModelPair) -> None:
     import llama_cpp as L
 
-    from capture.engine.llama_log import LlamaLogCapture, LogWriter
+    from kvtrace.capture.engine.llama_log import LlamaLogCapture, LogWriter
 
     # Route llama.cpp's chatter into a file so the test output stays readable.
     writer = LogWriter(pair.target.parent / "load.log", prefix=False)
@@ -128,7 +128,7 @@ def test_real_paths_checked(tmp_path: Path, pair: ModelPair) -> None:
 def test_upstream_drafters_are_deterministic_cached_and_carry_their_keys(kind: str, tmp_path: Path) -> None:
     import gguf
 
-    from capture.models import ensure_upstream_drafter, sha256_file
+    from kvtrace.capture.models import ensure_upstream_drafter, sha256_file
 
     a = ensure_upstream_drafter(kind, tmp_path / "a")
     b = ensure_upstream_drafter(kind, tmp_path / "b")

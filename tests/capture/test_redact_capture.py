@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-import analyze
-from analyze.reader.session import SHAREABLE, free_port
-from capture.models import ensure_models
+from kvtrace import analyze
+from kvtrace.analyze.reader.session import SHAREABLE, free_port
+from kvtrace.capture.models import ensure_models
 from tests.analyze.reader.test_redact import TEXT_PIECE, assert_triages_alike
 from tests.capture.capture_helpers import NEEDS_SERVER, end_lines, manifest, run_kvtrace, start_kvtrace
 

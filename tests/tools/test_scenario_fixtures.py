@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.findings.compare import compare
-from analyze.findings.overview import overview
-from analyze.views.report import markdown_report
+from kvtrace import analyze
+from kvtrace.analyze.findings.compare import compare
+from kvtrace.analyze.findings.overview import overview
+from kvtrace.analyze.views.report import markdown_report
 from tools.scenario_health import check_structure, health
 from tools.scenarios import BY_NAME
 
@@ -123,8 +123,8 @@ def test_a_synthetic_acceptance_run_is_marked_synthetic() -> None:
     """The real b11434 run with --spec-synth-len 2: its acceptance is the server's choice, and says so everywhere."""
     from click.testing import CliRunner
 
-    from analyze.cli import cli
-    from analyze.views.triage import triage_row
+    from kvtrace.analyze.cli import cli
+    from kvtrace.analyze.views.triage import triage_row
 
     path = FIXTURES / "draft-simple-synthetic.log.gz"
     text = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.findings.compare import compare
+from kvtrace import analyze
+from kvtrace.analyze.findings.compare import compare
 from tests.capture.capture_helpers import NEEDS_SERVER
 from tools.scenario_health import Health, check_structure, health
 from tools.scenarios import BY_NAME, SCENARIOS, Scenario, ScenarioRun, run_scenario
@@ -117,7 +117,7 @@ TUNED = {"draft-dflash-defaults": "draft-dflash-1slot", "draft-simple-defaults":
 def test_the_servers_defaults_read_healthy(matrix: Matrix, name: str) -> None:
     """The command users type (memory fitting on, -np auto): healthy, like the tuned run, and opened on the
     slot the client landed on."""
-    from analyze.findings.positions import batches_per_sequence, opening_sequence
+    from kvtrace.analyze.findings.positions import batches_per_sequence, opening_sequence
 
     _, result, h = matrix.get(name)
     assert result.verdict.kind == "draft_stats_only" and len(result.errors) == 0, result.verdict.summary
@@ -143,7 +143,7 @@ NO_DRAFTS = {"ngram-mod", "ngram-simple"}
 def test_the_logs_draft_counts_equal_the_servers_counters_and_the_responses(matrix: Matrix, name: str) -> None:
     """Three independent counts of one thing: the log's per-step `accepted N/M draft tokens` lines (LLAMA_TRACE,
     set by the scenarios), llama-server's /metrics (added by `capture run`) and each response's timings."""
-    from analyze.findings.counters import PER_STEP, server_counters
+    from kvtrace.analyze.findings.counters import PER_STEP, server_counters
 
     run, result, _ = matrix.get(name)
     sc = BY_NAME[name]
@@ -172,7 +172,7 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
     are not all outputs) has no such shape, so the shaped ones can only be fewer, by at most the sequences with
     several positions in such batches. DFlash's drafter decodes one
     noise block of the same shape per draft, on the drafter's side, whatever the slots."""
-    from analyze.findings.counters import server_counters
+    from kvtrace.analyze.findings.counters import server_counters
 
     run, result, _ = matrix.get(name)
     sc = BY_NAME[name]
@@ -201,7 +201,7 @@ def test_one_target_verify_batch_per_draft(matrix: Matrix, name: str) -> None:
 def test_a_synthetic_acceptance_run_is_marked_synthetic(matrix: Matrix) -> None:
     """b11434's --spec-synth-len 2, run for real: the server makes up what is accepted, and the verdict says so
     (triage --json's acceptance.synthetic) while the run stays healthy."""
-    from analyze.views.report import markdown_report
+    from kvtrace.analyze.views.report import markdown_report
 
     run, result, h = matrix.get("draft-simple-synthetic")
     assert "--spec-synth-len" in result.meta["flags"]  # from the manifest's command

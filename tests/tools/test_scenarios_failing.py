@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.findings.counters import server_counters
+from kvtrace import analyze
+from kvtrace.analyze.findings.counters import server_counters
 from tests.capture.capture_helpers import NEEDS_SERVER
 from tools.scenario_health import Health, check_structure, health
 from tools.scenarios import BY_NAME, DESYNC_SEARCH, PROMPT_TOO_LONG, ScenarioRun, run_scenario

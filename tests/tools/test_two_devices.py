@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.findings.signatures import match_signature
-from analyze.reader.session import free_port
-from analyze.views.report import markdown_report
-from capture.devices import list_devices
-from capture.models import ensure_models
-from capture.rpc import LOOPBACK, find_rpc_server, rpc_servers
+from kvtrace import analyze
+from kvtrace.analyze.findings.signatures import match_signature
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.analyze.views.report import markdown_report
+from kvtrace.capture.devices import list_devices
+from kvtrace.capture.models import ensure_models
+from kvtrace.capture.rpc import LOOPBACK, find_rpc_server, rpc_servers
 from tests.capture.capture_helpers import NEEDS_SERVER, run_kvtrace
 from tools.scenarios import BY_NAME, TWO_DEVICES, Scenario, run_scenario
 

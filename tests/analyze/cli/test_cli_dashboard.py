@@ -12,8 +12,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from analyze.cli.dashboard import dashboard_command
-from analyze.reader.session import free_port
+from kvtrace.analyze.cli.dashboard import dashboard_command
+from kvtrace.analyze.reader.session import free_port
 from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +37,7 @@ def test_dashboard_serves_on_localhost_and_stops_on_ctrl_c() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "KVTRACE_OPEN"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port)],
+        [sys.executable, "-m", "kvtrace.analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
@@ -72,7 +72,7 @@ def _port_free(port: int, timeout_s: float = 20) -> bool:
 def _dashboard(port: int, *args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
     return subprocess.Popen(
-        [sys.executable, "-m", "analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port),
+        [sys.executable, "-m", "kvtrace.analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port),
          *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
 
@@ -98,7 +98,7 @@ def test_started_with_sigint_ignored_it_still_stops_on_sigint() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port)],
+        [sys.executable, "-m", "kvtrace.analyze", "dashboard", str(ROOT / "samples" / "stale-drafter"), "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
@@ -134,7 +134,7 @@ def test_capture_dashboard_follows_the_session_and_stops_with_the_capture(tmp_pa
     )
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "analyze", "capture", "run", "--dashboard", "--quiet", "--out", str(tmp_path / "s"),
+        [sys.executable, "-m", "kvtrace.analyze", "capture", "run", "--dashboard", "--quiet", "--out", str(tmp_path / "s"),
          "--", sys.executable, "-c", program],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import analyze
+from kvtrace import analyze
 
 ROOT = Path(__file__).resolve().parents[3]
 STALE = ROOT / "samples" / "stale-drafter" / "raw.log"
@@ -20,7 +20,7 @@ CORPUS = sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.log"))
 
 
 def kvtrace(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "analyze", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kvtrace.analyze", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -72,7 +72,7 @@ def test_compare_export_and_table_warn(cut_gz: Path, tmp_path: Path) -> None:
 
 def test_a_file_that_shrinks_while_read_is_read_in_part(tmp_path: Path) -> None:
     """A log truncated by its writer between open and read: the size promised at open is not what came."""
-    from analyze.reader.source import iter_chunks, open_source
+    from kvtrace.analyze.reader.source import iter_chunks, open_source
 
     path = tmp_path / "shrinks.log"
     path.write_bytes(STALE.read_bytes())

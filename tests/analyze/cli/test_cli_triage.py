@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analyze
-from analyze.cli import cli
-from analyze.reader.session import new_session
-from capture.engine import EngineConfig, run_engine
+from kvtrace import analyze
+from kvtrace.analyze.cli import cli
+from kvtrace.analyze.reader.session import new_session
+from kvtrace.capture.engine import EngineConfig, run_engine
 from tests.analyze.views.test_report import _fenced_blocks, _outside_fences
 from tests.conftest import CORPUS
 

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import analyze
-from analyze.dashboard.launch import OPEN_ENV
+from kvtrace import analyze
+from kvtrace.analyze.dashboard.launch import OPEN_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 APP = str(ROOT / "app.py")
@@ -229,7 +229,7 @@ def test_capture_time_axis_for_a_log_without_timestamps(tmp_path: Path, monkeypa
     rest.write_bytes(raw[cut:])
     session = tmp_path / "session"
     # The program prints half the log, pauses, then the rest: two chunks about a second apart.
-    cmd = [sys.executable, "-m", "analyze", "capture", "run", "--quiet", "--out", str(session), "--",
+    cmd = [sys.executable, "-m", "kvtrace.analyze", "capture", "run", "--quiet", "--out", str(session), "--",
            "sh", "-c", f"cat '{first}'; sleep 1; cat '{rest}'"]  # fmt: skip
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=120)
     assert (session / "chunks.parquet").is_file()
@@ -245,7 +245,7 @@ def test_capture_time_axis_for_a_log_without_timestamps(tmp_path: Path, monkeypa
 
 def test_same_bytes_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reruns (any widget change) and the same bytes under another name reuse the cached parse."""
-    import analyze
+    from kvtrace import analyze
 
     calls: list[int] = []
     real = analyze.parse
@@ -328,7 +328,7 @@ def test_a_log_without_positions_says_how_to_get_them() -> None:
 def test_follow_a_capture_while_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--follow: each page run reads only what was added; counters grow, the first position error shows as
     soon as it is written, a zoom stays, and once the manifest says the capture ended it is a finished log."""
-    from analyze.dashboard.launch import FOLLOW_ENV
+    from kvtrace.analyze.dashboard.launch import FOLLOW_ENV
 
     session = tmp_path / "live"
     session.mkdir()
@@ -378,8 +378,8 @@ def test_follow_a_capture_while_it_is_written(tmp_path: Path, monkeypatch: pytes
 def test_the_page_gives_the_reports_next_steps_and_counts_it_the_same_way() -> None:
     """One source of advice (the report's filled next steps) and one count of batches, headline and tab alike;
     with one log open there is no empty Compare-with box, only a line saying how to get one."""
-    import analyze
-    from analyze.views.report import what_to_do
+    from kvtrace import analyze
+    from kvtrace.analyze.views.report import what_to_do
 
     at = _app()
     at.sidebar.selectbox(key="session").set_value("sample: stale-drafter")
@@ -403,7 +403,7 @@ def test_a_browsers_first_open_draws_the_chart_alone_then_the_whole_page(monkeyp
     """Opened from the command line in a browser, the first run sends the title and the position chart and no
     other kind of element; the run the browser's timer asks for (a plain rerun here: AppTest has no timer)
     draws the whole page around the same chart, at the same place."""
-    from analyze.dashboard import page
+    from kvtrace.analyze.dashboard import page
 
     monkeypatch.setenv(OPEN_ENV, str(STALE))
     monkeypatch.setattr(page, "_in_a_browser", lambda: True)
@@ -425,7 +425,7 @@ def test_a_browsers_first_open_draws_the_chart_alone_then_the_whole_page(monkeyp
 
 def test_a_browsers_first_open_of_a_missing_path_gives_the_widgets(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    from analyze.dashboard import page
+    from kvtrace.analyze.dashboard import page
 
     monkeypatch.setenv(OPEN_ENV, str(tmp_path / "nope.log"))
     monkeypatch.setattr(page, "_in_a_browser", lambda: True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyze.dashboard.launch import OPEN_ENV
+from kvtrace.analyze.dashboard.launch import OPEN_ENV
 from tests.analyze.findings.test_counters import session, step
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyze.dashboard.launch import OPEN_ENV
+from kvtrace.analyze.dashboard.launch import OPEN_ENV
 from tests.analyze.reader.test_devices import RPC_LOG
 
 ROOT = Path(__file__).resolve().parents[3]

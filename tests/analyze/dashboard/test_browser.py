@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.dashboard.launch import streamlit_command
-from analyze.reader.session import free_port
+from kvtrace import analyze
+from kvtrace.analyze.dashboard.launch import streamlit_command
+from kvtrace.analyze.reader.session import free_port
 from tests.conftest import wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[3]

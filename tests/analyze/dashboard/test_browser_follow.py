@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from analyze.reader.session import free_port
-from capture.llama_server import find_llama_server
-from capture.models import ensure_models
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.capture.llama_server import find_llama_server
+from kvtrace.capture.models import ensure_models
 from tests.analyze.dashboard.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS
 from tests.conftest import wait_for_dashboard
 
@@ -38,7 +38,7 @@ def _env() -> dict[str, str]:
 
 def _kvtrace(*args: str, log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "wb")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen([sys.executable, "-m", "analyze", *args], cwd=ROOT, env=_env(), stdout=out,
+    return subprocess.Popen([sys.executable, "-m", "kvtrace.analyze", *args], cwd=ROOT, env=_env(), stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

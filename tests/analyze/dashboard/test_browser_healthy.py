@@ -58,8 +58,8 @@ def test_a_default_np_capture_opens_on_its_busy_sequence(server: str) -> None:  
     the warm-up: the page opens on the sequence with the batches, and the selector says how many each has."""
     from playwright.sync_api import sync_playwright
 
-    import analyze
-    from analyze.findings.positions import batches_per_sequence
+    from kvtrace import analyze
+    from kvtrace.analyze.findings.positions import batches_per_sequence
 
     assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
     path = FIXTURES / "draft-simple-defaults.log.gz"

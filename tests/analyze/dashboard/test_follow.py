@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-import analyze
-from analyze.dashboard.follow import Follower
+from kvtrace import analyze
+from kvtrace.analyze.dashboard.follow import Follower
 
 ROOT = Path(__file__).resolve().parents[3]
 STALE = (ROOT / "samples" / "stale-drafter" / "raw.log").read_bytes()
@@ -98,7 +98,7 @@ def test_truncated_rotated_and_deleted_files_are_followed(tmp_path: Path) -> Non
 
 def test_a_session_folder_that_appears_after_following_began(tmp_path: Path) -> None:
     """`kvtrace capture engine --out live & kvtrace dashboard live --follow`: the dashboard starts first."""
-    from analyze.cli.dashboard import _check_follow
+    from kvtrace.analyze.cli.dashboard import _check_follow
 
     live = tmp_path / "live"
     _check_follow(live)  # no usage error: the page waits for it

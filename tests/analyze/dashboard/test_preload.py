@@ -6,8 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
-import analyze
-from analyze.dashboard import preload
+from kvtrace import analyze
+from kvtrace.analyze.dashboard import preload
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "samples" / "stale-drafter"

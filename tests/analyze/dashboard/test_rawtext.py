@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from kvtrace import analyze
+from kvtrace.analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.findings.acceptance import PER_POS, acceptance
-from analyze.reader.session import CHUNKS, KEY_METRICS, METRICS, Session
-from analyze.views.acceptance import over_time_figure, per_position_figure, per_request_figure
-from analyze.views.report import markdown_report
-from capture.metrics import Sample, write_samples
+from kvtrace import analyze
+from kvtrace.analyze.findings.acceptance import PER_POS, acceptance
+from kvtrace.analyze.reader.session import CHUNKS, KEY_METRICS, METRICS, Session
+from kvtrace.analyze.views.acceptance import over_time_figure, per_position_figure, per_request_figure
+from kvtrace.analyze.views.report import markdown_report
+from kvtrace.capture.metrics import Sample, write_samples
 from tests.analyze.findings.test_counters import ACCEPTED, DRAFTS, TOKENS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -154,7 +154,7 @@ def test_a_real_capture_per_slot_matches_its_per_request_lines() -> None:
     mine = steps[(steps["slot"] == first["slot"]) & (steps["task"] == first["task"])]
     assert int(mine["generated"].sum()) == first["drafted"] and int(mine["accepted"].sum()) == first["accepted"]
     printed = ev[(ev["pattern"] == "acc_per_pos") & (ev["slot"] == first["slot"]) & (ev["task"] == first["task"])]
-    from analyze.findings.acceptance import _per_position
+    from kvtrace.analyze.findings.acceptance import _per_position
 
     shares = [float(v) for v in printed["detail"].iloc[0].split('"acc_per_pos": "')[1].split('"')[0].split(",")]
     assert [round(v, 3) for v in _per_position(mine)] == shares

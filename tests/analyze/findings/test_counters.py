@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-import analyze
-from analyze.cli import cli
-from analyze.findings.counters import NO_STEPS, PER_REQUEST, PER_STEP, ServerCounters, server_counters
-from analyze.reader.session import CHUNKS, KEY_METRICS, METRICS, Session
-from analyze.views.report import markdown_report
-from capture.metrics import Sample, write_samples
+from kvtrace import analyze
+from kvtrace.analyze.cli import cli
+from kvtrace.analyze.findings.counters import NO_STEPS, PER_REQUEST, PER_STEP, ServerCounters, server_counters
+from kvtrace.analyze.reader.session import CHUNKS, KEY_METRICS, METRICS, Session
+from kvtrace.analyze.views.report import markdown_report
+from kvtrace.capture.metrics import Sample, write_samples
 
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"

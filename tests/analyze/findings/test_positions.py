@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.findings.positions import (
+from kvtrace import analyze
+from kvtrace.analyze.findings.positions import (
     choose_axis,
     default_tolerance,
     delta,
@@ -122,7 +122,7 @@ def test_log_time_keeps_increasing_across_a_server_restart(tmp_path: Path) -> No
 
 
 def test_nearby_divergence_bands_merge_without_losing_coverage() -> None:
-    from analyze.views.figures import _merge_bands
+    from kvtrace.analyze.views.figures import _merge_bands
 
     x0 = np.array([0.0, 1.0, 1.0005, 50.0])
     x1 = np.array([0.9, 1.0004, 2.0, 60.0])

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyze.reader.session import free_port
+from kvtrace.analyze.reader.session import free_port
 
 DASK = str(Path(sys.executable).with_name("dask"))
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,16 +17,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.fleet import cluster as dask_cluster
-from analyze.fleet.dataset import TABLES, log_key
-from analyze.reader.session import free_port
-from analyze.views.triage import triage_row
+from kvtrace import analyze
+from kvtrace.analyze.fleet import cluster as dask_cluster
+from kvtrace.analyze.fleet.dataset import TABLES, log_key
+from kvtrace.analyze.reader.session import free_port
+from kvtrace.analyze.views.triage import triage_row
 from tests.analyze.fleet.cluster_procs import ROOT, Cluster, dask_processes
 from tests.conftest import CORPUS
 
 SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"
-KVTRACE = [sys.executable, "-m", "analyze"]
+KVTRACE = [sys.executable, "-m", "kvtrace.analyze"]
 ALL_LOGS = sorted(str(p) for p in [*CORPUS.glob("*.log"), *SCENARIOS.glob("*.log.gz")])
 
 
@@ -212,7 +212,7 @@ def test_query_reads_a_parsed_session_and_says_what_is_wrong_in_one_line(tmp_pat
 def test_without_the_extra_scheduler_and_query_name_it() -> None:
     hide = "import sys; sys.modules.update(distributed=None, duckdb=None); sys.argv[0] = 'kvtrace'; "
     for args in (["triage", "--table", "--scheduler", "127.0.0.1:1", str(CORPUS)], ["query", "SELECT 1", str(CORPUS)]):
-        code = hide + f"sys.argv[1:] = {args!r}; from analyze.cli import main; main()"
+        code = hide + f"sys.argv[1:] = {args!r}; from kvtrace.analyze.cli import main; main()"
         r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 2, r.stderr

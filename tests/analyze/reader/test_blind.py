@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import analyze
-from analyze.findings.signatures import match_signature
+from kvtrace import analyze
+from kvtrace.analyze.findings.signatures import match_signature
 
 ROOT = Path(__file__).resolve().parents[3]
 BLIND = ROOT / "tests" / "fixtures" / "blind"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-import analyze
-from analyze.reader import walker
-from analyze.reader.concepts import CONCEPT_PREFIX, CONCEPTS, Concept, code_of, crash_frame, recognise
+from kvtrace import analyze
+from kvtrace.analyze.reader import walker
+from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX, CONCEPTS, Concept, code_of, crash_frame, recognise
 
 EXAMPLES = [pytest.param(c, line, id=f"{c.name}-{i}") for c in CONCEPTS for i, line in enumerate(c.examples)]
 NOT_EXAMPLES = [pytest.param(c, line, id=f"{c.name}-not-{i}") for c in CONCEPTS

@@ -23,7 +23,7 @@ def _label(value: str) -> int | str | None:
 def triage_json() -> dict[str, dict]:
     """One `kvtrace triage --json` run over the whole corpus, as a user would run it."""
     files = [str(CORPUS / name) for name in LABELS]
-    out = subprocess.run([sys.executable, "-m", "analyze", "triage", "--json", *files],
+    out = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", "--json", *files],
                          capture_output=True, text=True, check=True)
     verdicts = [json.loads(line) for line in out.stdout.splitlines()]
     return {v["source"].rsplit("/", 1)[-1]: v for v in verdicts}
@@ -93,7 +93,7 @@ def test_side_rules_on_the_new_families(triage_json: dict[str, dict]) -> None:
 
 def test_triage_text_names_the_line_that_decided_the_side() -> None:
     name = "41_llamacpp-10547-draft-model-kv-ret1-after-gen-draft.log"
-    out = subprocess.run([sys.executable, "-m", "analyze", "triage", str(CORPUS / name)],
+    out = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", str(CORPUS / name)],
                          capture_output=True, text=True, check=True).stdout
     assert "verdict:  kv_slot (drafter, decided by line 3)" in out
     assert "      3  common_speculative_gen_draft:" in out

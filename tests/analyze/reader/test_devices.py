@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import analyze
-from analyze.findings.signatures import env_of, match_signature
-from analyze.reader.split import cut_points
-from analyze.views.report import markdown_report
+from kvtrace import analyze
+from kvtrace.analyze.findings.signatures import env_of, match_signature
+from kvtrace.analyze.reader.split import cut_points
+from kvtrace.analyze.views.report import markdown_report
 from tests.analyze.reader.formats import batch_dump
 
 CORPUS = Path(__file__).parents[2] / "fixtures" / "corpus"

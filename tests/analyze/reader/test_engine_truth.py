@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.session import new_session
-from capture.engine import EngineConfig, run_engine
+from kvtrace import analyze
+from kvtrace.analyze.reader.session import new_session
+from kvtrace.capture.engine import EngineConfig, run_engine
 
 # (spec type, fault, draft size, LLAMA_KV_CACHE_DEBUG); draft-simple's drafting: block, or chain where marked
 DFLASH, EAGLE3, SIMPLE, CHAIN = "draft-dflash", "draft-eagle3", "draft-simple", "draft-simple/chain"

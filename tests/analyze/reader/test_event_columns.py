@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.records import SUMMED_STATS, detail_of, lines_of
+from kvtrace import analyze
+from kvtrace.analyze.reader.records import SUMMED_STATS, detail_of, lines_of
 
 ROOT = Path(__file__).resolve().parents[3]
 LOGS = sorted((ROOT / "tests" / "fixtures" / "corpus").glob("*.log")) + [

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analyze
-from analyze.cli import cli
-from analyze.findings.cycles import cycle_stats, depth_series
-from analyze.views.report import headline, markdown_report
+from kvtrace import analyze
+from kvtrace.analyze.cli import cli
+from kvtrace.analyze.findings.cycles import cycle_stats, depth_series
+from kvtrace.analyze.views.report import headline, markdown_report
 
 ROOT = Path(__file__).resolve().parents[3]
 HEALTHY = ROOT / "tests" / "fixtures" / "scenarios" / "draft-simple-1slot.log.gz"

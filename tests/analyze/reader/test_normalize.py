@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-import analyze
-from analyze.reader.normalize import clean_chunk, message, parse_prefix
+from kvtrace import analyze
+from kvtrace.analyze.reader.normalize import clean_chunk, message, parse_prefix
 
 ERROR = "init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:"
 

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-import analyze
-from analyze.reader.normalize import rejoin, split_glued, uncut
+from kvtrace import analyze
+from kvtrace.analyze.reader.normalize import rejoin, split_glued, uncut
 
 BLOCK = [
     "init: the tokens of sequence 0 in the input batch have inconsistent sequence positions:",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyze.reader import walker
-from analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
+from kvtrace.analyze.reader import walker
+from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
 
 EXAMPLES = [pytest.param(p, line, id=f"{p.name}-{i}") for p in PATTERNS for i, line in enumerate(p.examples)]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import analyze
-from analyze.reader.normalize import ANSI
-from analyze.reader.verdict import KINDS
+from kvtrace import analyze
+from kvtrace.analyze.reader.normalize import ANSI
+from kvtrace.analyze.reader.verdict import KINDS
 
 CORPUS = sorted((Path(__file__).parents[2] / "fixtures" / "corpus").glob("*.log"))
 REAL = [p.read_bytes() for p in CORPUS]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.source import MAX_LINE
+from kvtrace import analyze
+from kvtrace.analyze.reader.source import MAX_LINE
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = Path(__file__).parents[2] / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"
@@ -33,7 +33,7 @@ def test_path_bytes_fileobj_gzip_and_session_folder_agree(tmp_path: Path) -> Non
 
 
 def test_stdin() -> None:
-    out = subprocess.run([sys.executable, "-m", "analyze", "triage", "--json", "-"], input=SEED.read_bytes(),
+    out = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", "--json", "-"], input=SEED.read_bytes(),
                          capture_output=True, check=True)
     assert b'"last_pos": 259' in out.stdout
 
@@ -64,7 +64,7 @@ def test_a_session_manifest_adds_the_flags_its_log_never_prints(tmp_path: Path) 
     log elsewhere, and never where the manifest is not a JSON object."""
     import json
 
-    from analyze.reader.session import KEY_COMMAND_LINE, log_of, manifest_of
+    from kvtrace.analyze.reader.session import KEY_COMMAND_LINE, log_of, manifest_of
 
     session = tmp_path / "session"
     session.mkdir()

@@ -15,9 +15,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.reader.redact import BY_NAME, PLACEHOLDER, RULES, Redactor, Rule, redact_bytes, redact_file, redact_session
-from analyze.reader.source import MAX_LINE
+from kvtrace import analyze
+from kvtrace.analyze.reader.redact import (
+    BY_NAME,
+    PLACEHOLDER,
+    RULES,
+    Redactor,
+    Rule,
+    redact_bytes,
+    redact_file,
+    redact_session,
+)
+from kvtrace.analyze.reader.source import MAX_LINE
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -28,7 +37,7 @@ EXAMPLES = [pytest.param(r, src, want, id=f"{r.name}-{i}") for r in RULES for i,
 
 
 def kvtrace(*args: str, cwd: Path = ROOT, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "analyze", *args], cwd=cwd, capture_output=True, input=input,
+    return subprocess.run([sys.executable, "-m", "kvtrace.analyze", *args], cwd=cwd, capture_output=True, input=input,
                           timeout=120)
 
 
@@ -215,7 +224,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
 
 
 def test_a_session_gets_its_shareable_copy_and_its_manifest_says_so(tmp_path: Path) -> None:
-    from analyze.reader.session import SHAREABLE, new_session, read_manifest
+    from kvtrace.analyze.reader.session import SHAREABLE, new_session, read_manifest
 
     session = new_session("run", out=tmp_path / "s")
     session.raw_log.write_text(SMALL + "\n", encoding="utf-8")
@@ -253,7 +262,7 @@ TEXT_PIECE = re.compile(rb": id =\s*\d+ \((?!\s*(?:\[redacted\]|<[^<>\s]+>)(?:\)
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_LOGS])
 def test_a_real_capture_redacted_triages_exactly_like_the_original(log: Path, tmp_path: Path) -> None:
-    from analyze.reader.session import MANIFEST, SHAREABLE
+    from kvtrace.analyze.reader.session import MANIFEST, SHAREABLE
 
     before = log.stat().st_mtime_ns
     out = tmp_path / SHAREABLE
@@ -270,7 +279,7 @@ def test_a_real_capture_redacted_triages_exactly_like_the_original(log: Path, tm
 
 
 def test_the_statistics_in_a_redacted_response_are_read_as_before() -> None:
-    from analyze.reader.patterns import BY_NAME as PATTERNS
+    from kvtrace.analyze.reader.patterns import BY_NAME as PATTERNS
 
     final_chunk = PATTERNS["json_draft_n"].examples[0]  # a real streamed chunk with timings and the prompt
     out, summary = redact_bytes(final_chunk.encode())

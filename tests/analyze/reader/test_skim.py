@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyze.reader import walker
-from analyze.reader.normalize import clean_chunk, decode
-from analyze.reader.walker import Walker
+from kvtrace.analyze.reader import walker
+from kvtrace.analyze.reader.normalize import clean_chunk, decode
+from kvtrace.analyze.reader.walker import Walker
 
 ROOT = Path(__file__).resolve().parents[3]
 CAPTURES = sorted((ROOT / "tests" / "fixtures" / "scenarios").glob("*.log.gz")) + [
@@ -103,7 +103,7 @@ def _chunks(text: str, every: int) -> list[str]:
 
 
 def assert_same_walk(text: str, every: int = 1 << 16) -> None:
-    assert ACCELERATOR is not None, "analyze.reader._skim is not built: `make setup` (pip install -e .) builds it"
+    assert ACCELERATOR is not None, "kvtrace.analyze.reader._skim is not built: `make setup` (pip install -e .) builds it"
     chunks = _chunks(text, every)
     fast = _walk(chunks, accelerated=True)
     slow = _walk(chunks, accelerated=False)
@@ -116,12 +116,12 @@ def assert_same_walk(text: str, every: int = 1 << 16) -> None:
 # is a compiler, and always in CI (CI set), a missing build fails.
 needs_accelerator = pytest.mark.skipif(
     ACCELERATOR is None and not (shutil.which("cc") or shutil.which("gcc")) and not os.environ.get("CI"),
-    reason="no C compiler on this machine, so analyze.reader._skim is not built")
+    reason="no C compiler on this machine, so kvtrace.analyze.reader._skim is not built")
 
 
 @needs_accelerator
 def test_the_accelerator_is_built() -> None:
-    assert ACCELERATOR is not None, "analyze.reader._skim was not built: `make setup` (pip install -e .) builds it"
+    assert ACCELERATOR is not None, "kvtrace.analyze.reader._skim was not built: `make setup` (pip install -e .) builds it"
 
 
 @needs_accelerator

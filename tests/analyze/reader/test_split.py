@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import analyze
-from analyze.cli import cli
-from analyze.reader.split import cut_points, split_walk
-from analyze.reader.walker import HINT_GAP
+from kvtrace import analyze
+from kvtrace.analyze.cli import cli
+from kvtrace.analyze.reader.split import cut_points, split_walk
+from kvtrace.analyze.reader.walker import HINT_GAP
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVER = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
@@ -109,7 +109,7 @@ def test_on_processes(server_log: Path, other_thread: bool) -> None:
 
 def test_a_gzip_log_is_unpacked_and_read_in_pieces_and_a_small_one_serially(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import analyze.reader.split as split
+    import kvtrace.analyze.reader.split as split
 
     cut: list[Path] = []
     split_walk_ = split.split_walk
@@ -148,7 +148,7 @@ def test_a_start_up_in_every_piece_is_merged_not_read_again(tmp_path: Path, monk
         for capture in (SCENARIOS[0], SCENARIOS[-1]) * 3:
             with gzip.open(capture) as src:
                 shutil.copyfileobj(src, dst)
-    import analyze.reader.split as split
+    import kvtrace.analyze.reader.split as split
 
     reads: list[int] = []
     parse_piece = split.parse_piece

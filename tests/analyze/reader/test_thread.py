@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import analyze
-from analyze.reader.thread import read_thread
+from kvtrace import analyze
+from kvtrace.analyze.reader.thread import read_thread
 from tests.conftest import CORPUS, FIXTURES, corpus_labels
 
 GITHUB = FIXTURES / "github"
@@ -140,7 +140,7 @@ def test_rest_shapes_and_issue_events_read_as_the_paste(name: str, plain: dict[s
 
 def test_seed_as_gh_json_says_drafter_and_y_1361() -> None:
     """The issue's own example: `gh issue view 28 --json title,body,comments > t.json; kvtrace triage t.json`."""
-    out = subprocess.run([sys.executable, "-m", "analyze", "triage", "--json", str(SEED_GH)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", "--json", str(SEED_GH)], capture_output=True,
                          text=True, check=True)
     v = json.loads(out.stdout)
     assert (v["kind"], v["component"], v["seq_id"], v["last_pos"], v["batch_start"]) == (
@@ -154,7 +154,7 @@ def test_seed_as_gh_json_says_drafter_and_y_1361() -> None:
                                   "last_line": len(body_lines)}
     for e in v["evidence"]:  # the evidence's lines are the body's own lines
         assert body_lines[e["line"] - 1].strip() == e["text"]
-    text = subprocess.run([sys.executable, "-m", "analyze", "triage", str(SEED_GH)], capture_output=True, text=True,
+    text = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", str(SEED_GH)], capture_output=True, text=True,
                           check=True).stdout
     assert "verdict:  inconsistent_positions (drafter" in text and "Y = 1361" in text
     assert "  thread:   GitHub issue, 2 parts (body and comments); evidence from: body\n" in text
@@ -163,11 +163,11 @@ def test_seed_as_gh_json_says_drafter_and_y_1361() -> None:
 def test_every_command_reads_a_thread(tmp_path: Path) -> None:
     """parse, report and stdin see the thread too (the reader core decodes it, not a command)."""
     out = tmp_path / "tables"
-    run = subprocess.run([sys.executable, "-m", "analyze", "parse", str(SEED_GH), "-o", str(out), "--json"],
+    run = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "parse", str(SEED_GH), "-o", str(out), "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(run.stdout)[0]["kind"] == "inconsistent_positions"
     assert json.loads((out / "verdict.json").read_text())["batch_start"] == 1361
-    md = subprocess.run([sys.executable, "-m", "analyze", "report", "-"], input=SEED_GH.read_bytes(),
+    md = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "report", "-"], input=SEED_GH.read_bytes(),
                         capture_output=True, check=True).stdout.decode()
     assert "X = 259" in md and "Y = 1361" in md
     # the dashboard's upload: bytes with the uploaded file's name
@@ -187,7 +187,7 @@ def test_linked_logs_are_listed_not_fetched(monkeypatch: pytest.MonkeyPatch) -> 
     assert thread["not_fetched"] == ["https://github.com/user-attachments/files/123456/server.log",
                                      "https://gist.github.com/someone/0123abcd",
                                      "https://example.org/logs/run-2.txt"]
-    text = subprocess.run([sys.executable, "-m", "analyze", "triage", "-"], input=gh_json(body), capture_output=True,
+    text = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", "-"], input=gh_json(body), capture_output=True,
                           check=True).stdout.decode()
     assert "  not fetched: https://github.com/user-attachments/files/123456/server.log\n" in text
 
@@ -241,7 +241,7 @@ LISTED = ((7, "33_llamafile-244-epoch-prefix-kv-free-space.log"), (9, REST_NAMES
 def _triage_rows(*args: str) -> tuple[int, list[dict[str, str]], str]:
     import csv
 
-    run = subprocess.run([sys.executable, "-m", "analyze", "triage", "--table", "--csv", *args], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", "--table", "--csv", *args], capture_output=True,
                          text=True)
     return run.returncode, list(csv.DictReader(run.stdout.splitlines())), run.stderr
 
@@ -281,7 +281,7 @@ def test_an_issue_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     for source, says in ((f"{issues}#5", "no issue 5 in this list of GitHub issues; pass the file alone"),
                          (f"{SEED_GH}#28", "this file is one GitHub thread, not a list of issues; pass it without #28"),
                          (f"{CORPUS / SEED}#2", "not a list of GitHub issues; pass the file without #2")):
-        run = subprocess.run([sys.executable, "-m", "analyze", "triage", source], capture_output=True, text=True)
+        run = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "triage", source], capture_output=True, text=True)
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-import analyze
-from analyze.findings.signatures import match_signature
+from kvtrace import analyze
+from kvtrace.analyze.findings.signatures import match_signature
 from tests.analyze.reader.formats import batch_dump, find_slot, new_scheme, position_error, stale_drafter_log
 
 

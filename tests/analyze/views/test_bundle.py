@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analyze
-from analyze.views.bundle import zip_tables
+from kvtrace import analyze
+from kvtrace.analyze.views.bundle import zip_tables
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analyze.views.downsample import downsample, minmax_indices
+from kvtrace.analyze.views.downsample import downsample, minmax_indices
 
 positions = arrays(
     np.float64,

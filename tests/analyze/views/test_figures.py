@@ -13,12 +13,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import analyze
-from analyze.findings.overview import overview
-from analyze.findings.positions import apart, apart_stretches, choose_axis, default_tolerance, floats, stored_positions
-from analyze.reader.definitions import reset_events
-from analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
-from analyze.views.perfetto import trace
+from kvtrace import analyze
+from kvtrace.analyze.findings.overview import overview
+from kvtrace.analyze.findings.positions import (
+    apart,
+    apart_stretches,
+    choose_axis,
+    default_tolerance,
+    floats,
+    stored_positions,
+)
+from kvtrace.analyze.reader.definitions import reset_events
+from kvtrace.analyze.views.figures import acceptance_figure, compare_figure, delta_figure, position_figure
+from kvtrace.analyze.views.perfetto import trace
 from tests.analyze.reader.formats import batch_dump, find_slot
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -270,8 +277,8 @@ def test_the_gap_view_of_a_long_real_run_is_an_envelope_under_the_band() -> None
     """The real 2-slot b11434 capture: too many points for a readable step line, so the range per time bucket
     is drawn, the tolerance band sits above it, and the buckets outside the band are marked; zoomed in far
     enough, the step line again."""
-    from analyze.findings.positions import apart, choose_axis, default_tolerance
-    from analyze.views.figures import ENVELOPE_ABOVE
+    from kvtrace.analyze.findings.positions import apart, choose_axis, default_tolerance
+    from kvtrace.analyze.views.figures import ENVELOPE_ABOVE
 
     result = analyze.parse(ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz")
     axis = choose_axis(result)
@@ -299,8 +306,8 @@ def test_the_gap_view_of_a_long_real_run_is_an_envelope_under_the_band() -> None
 
 def test_the_requests_of_a_sequence_can_be_told_apart() -> None:
     """Each request of a slot spans its `new prompt` line to its `stop processing`; every other one is shaded."""
-    from analyze.findings.positions import choose_axis
-    from analyze.views.figures import request_spans
+    from kvtrace.analyze.findings.positions import choose_axis
+    from kvtrace.analyze.views.figures import request_spans
 
     result = analyze.parse(ROOT / "samples" / "stale-drafter")
     axis = choose_axis(result)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import analyze
-from analyze.views.report import advice, escape, fence, markdown_report
+from kvtrace import analyze
+from kvtrace.analyze.views.report import advice, escape, fence, markdown_report
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = ROOT / "tests" / "fixtures" / "corpus" / "00_beellama-28-multigpu-dflash-seed.log"

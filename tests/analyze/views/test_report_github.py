@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-import analyze
-from analyze.views.report import GITHUB_LIMIT, GITHUB_MARKER, github_comment, rerun_line
+from kvtrace import analyze
+from kvtrace.analyze.views.report import GITHUB_LIMIT, GITHUB_MARKER, github_comment, rerun_line
 from tests.analyze.reader.test_thread import SEED_GH, gh_json, payload, report
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,7 +84,7 @@ https://github.com/user-attachments/files/42/server.log
 
 
 def comment_of(data: bytes, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "analyze", "report", "-", "--format", "github", *args], input=data,
+    out = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "report", "-", "--format", "github", *args], input=data,
                          capture_output=True, check=True)
     return out.stdout.decode("utf-8")
 
