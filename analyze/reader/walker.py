@@ -33,6 +33,7 @@ from kvtrace.analyze.reader.normalize import (
     unescape,
 )
 from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
+from kvtrace.analyze.reader.prose import DRAFTER_NAMED, PROSE_ACCEPTANCE_WORDS
 from kvtrace.analyze.reader.records import (
     CONTEXT_CODES,
     KEEP_LINES_FOR,
@@ -267,7 +268,7 @@ class Walker:
         """A draft acceptance told in the report's words, kept as an event (`prose_acceptance`)."""
         if ("accept" in line or "draft" in line) and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
             t, _ = self._time(line)
-            told = {"text": pa.group(0), "drafter": _DRAFTER_NAMED.search(line) is not None}
+            told = {"text": pa.group(0), "drafter": DRAFTER_NAMED.search(line) is not None}
             self.events.append(Event(no, t, PROSE_ACCEPTANCE, "unknown", None, None,
                                      json.dumps(told, ensure_ascii=False), PROSE_ACCEPTANCE))
 
@@ -788,30 +789,6 @@ _DIGIT_SENSITIVE = tuple(sorted({p.anchor for p in PATTERNS if _digit_sensitive(
 if any(c.isdigit() or not c.isascii() for a in _DIGIT_SENSITIVE for c in a):
     raise ImportError("a digit-sensitive anchor holds a digit: _first can no longer test it on the masked text")
 _PREFIX_AT_START = LLAMA_PREFIX.match
-# a draft acceptance told in the report's words, not a log line's (`very low draft acceptance, ~0.5`, "`draft
-# acceptance` 0.41-0.65", `an acceptance rate of 65 %`): a speculative run's statistics, kept apart from the
-# log's own counts (they never enter the acceptance figures)
-PROSE_ACCEPTANCE_WORDS = re.compile(
-    r"(?:(?:draft|mtp) accept(?:ance|ed)(?: rate)?|accept(?:ance)? rate)\W{0,3}(?:[a-z]+\W{1,3}){0,3}[~\u2248]?\s*"
-    r"(?:0?\.\d+|\d{1,3}(?:\.\d+)?\s?%)"  # up to three words before the figure: `is very low, ~0.5`
-    # the figure (or a range) before the word: `38-71% acceptance depending on context`, `78.7 % MTP acceptance`
-    r"|\b\d{1,3}(?:\.\d+)?(?:\s?[-\u2013]\s?\d{1,3}(?:\.\d+)?)?\s?% (?:draft |mtp )?acceptance\b"
-    # llama.cpp's own count (`accepted 3/4 draft tokens`) quoted in the report's words: `154/156 drafted tokens`,
-    # `112/141 accepted draft tokens`, `210 / 267 accepted draft tokens`, and counted in drafts, llama.cpp's own
-    # unit in its statistics line (`#gen drafts`, `#acc drafts`): `112/112 accepted drafts`
-    r"|\b\d+\s?/\s?\d+ (?:accepted )?draft(?:ed)? tokens|\b\d+\s?/\s?\d+ accepted drafts\b"
-    # the two counts told apart, the drafted first: `18 draft tokens, 9 accepted`, `~80 draft tokens from which 3
-    # are accepted`, `120 drafted tokens and 97 accepted` (a count, not `none`: no figure, no statistics)
-    r"|\b\d+ draft(?:ed)? tokens?\W{1,3}(?:(?:and|of which|from which|with)\s)?\d+ (?:(?:are|were)\s)?accepted\b",
-    re.IGNORECASE)
-# a drafter named where the acceptance is told (`MTP active, 112/141 accepted draft tokens`, `draft-mtp n-max 4:
-# ... 38-71% acceptance`, `-md small.gguf`, llama.cpp's n-gram speculative types `ngram-map-k`, `ngram-mod`,
-# `ngram_mod`, `ngram-k4v`): the figures are a measured speculative setup's; speculative decoding named in general
-# (`./speculative always reports 100 %`) is not enough
-_DRAFTER_NAMED = re.compile(
-    r"\b(?:mtp|eagle\d?|dflash|dspark|medusa)\b|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s"
-    r"|\bngram[-_](?:simple|map-k(?:4v)?|mod|k4v)\b",
-    re.IGNORECASE)
 _DRAFT_INIT = re.compile("|".join(p.regex.pattern for p in PATTERNS if p.family == "hint" and p.kind == "draft_init"))
 _DECODE_KINDS = {"inconsistent_positions", "decode_failed", "kv_slot"}
 _FIELD = BY_NAME["batch_field"].regex

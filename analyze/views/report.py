@@ -23,7 +23,8 @@ from kvtrace.analyze.findings.counters import ServerCounters, server_counters
 from kvtrace.analyze.findings.cycles import depth_series, depth_text
 from kvtrace.analyze.findings.overview import Overview, overview
 from kvtrace.analyze.findings.positions import XAxis, stored_positions
-from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature, plain_summary
+from kvtrace.analyze.findings.rules import plain_summary
+from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
 
@@ -257,7 +258,7 @@ _DRAFTER_REPAIRS = (
 )
 
 
-# Meta keys the environment summary (signatures.Env.lines) already states.
+# Meta keys the environment summary (rules.Env.lines) already states.
 _SUMMARISED = frozenset({"backends", "n_gpus", "mrope", "batch_debug", "kv_cache_debug", "gpus", "placement"})
 
 

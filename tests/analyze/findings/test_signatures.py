@@ -402,7 +402,7 @@ def test_a_compiler_s_fatal_error_is_not_ggml_s_abort() -> None:
      "allocation of size N failed at 0x…"),
 ])
 def test_failure_words_keep_what_tells_one_bug_from_another(line: str, words: str) -> None:
-    from kvtrace.analyze.findings.signatures import failure_words
+    from kvtrace.analyze.findings.rules import failure_words
 
     assert failure_words(line) == words
 
@@ -420,6 +420,6 @@ def test_a_nested_load_error_is_named_by_its_innermost_message(tmp_path: Path) -
                                   "CUDA error " + "1." * 500_000])
 def test_failure_words_stay_fast_on_a_pasted_megabyte_line(line: str) -> None:
     """A stranger's paste can hold a 1 MB line; its first 2,000 characters are what is read."""
-    from kvtrace.analyze.findings.signatures import failure_words
+    from kvtrace.analyze.findings.rules import failure_words
 
     assert len(failure_words(line)) <= 120

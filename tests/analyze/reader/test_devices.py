@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvtrace import analyze
-from kvtrace.analyze.findings.signatures import env_of, match_signature
+from kvtrace.analyze.findings.rules import env_of
+from kvtrace.analyze.findings.signatures import match_signature
 from kvtrace.analyze.reader.split import cut_points
 from kvtrace.analyze.views.report import markdown_report
 from tests.analyze.reader.formats import batch_dump
