@@ -625,15 +625,17 @@ _FORK_DFLASH_PATTERNS = frozenset(p.name for p in _FORK_DFLASH)
 def fork_dflash(result: ParseResult) -> bool:
     """Whether the log's DFlash is beellama.cpp v0.2-v0.3's, the only one with `GGML_DFLASH_DEBUG`: upstream's
     `draft-dflash` (b11434 on) and beellama v0.4+ (which took upstream's, `dflash` a warned alias) never print
-    its lines (docs/proof.md). Told by the fork's own lines, or by `--spec-type dflash`
-    on a run that shows nothing of upstream's."""
+    its lines (docs/proof.md). Told by the type's name in the command (`draft-dflash`, upstream's, rules it
+    out; `dflash`, the fork's, on a run that shows nothing of upstream's), else by the fork's own lines."""
+    spec = str(command_flags(result.meta or {}).get("--spec-type") or "").lower()
+    if spec.startswith("draft-"):
+        return False
     ev, err = result.events, result.errors
     if len(ev) and bool(ev["pattern"].isin(_FORK_DFLASH_PATTERNS).any()):
         return True
     for text in err["lines"] if len(err) else ():  # a failure's lines: the fork's `dflash: ... failed` among them
         if any(p.regex.search(t) for _, t in lines_of(text) if "dflash" in t.lower() for p in _FORK_DFLASH):
             return True
-    spec = str(command_flags(result.meta or {}).get("--spec-type") or "").lower()
     return spec == "dflash" and not _upstream_dflash(result)
 
 
