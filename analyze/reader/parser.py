@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ class ParseResult:
     thread: Thread | None = None  # the input was a GitHub thread's JSON: which lines came from which part
     # derived tables computed once per result (positions per sequence and axis): the dashboard, the report and
     # the overview ask for the same ones several times in one page run
-    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    derived: dict[Hashable, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def lines(self) -> int:

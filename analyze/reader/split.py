@@ -132,11 +132,15 @@ def _feed(w: Walker, path: Path, start: int, end: int) -> list[str]:
 
 # what reaches across a cut; everything else the walker keeps is either per dump (reset at the cut line)
 # or numbered across the log (renumbered in the merge)
-def carried(w: Walker) -> tuple[Any, ...]:
+# (the last hint: line, component, text; the last sequence warning: line, sequence; the last KV-cache size)
+Carried = tuple[tuple[int, str, str] | None, tuple[int, int] | None, int]
+
+
+def carried(w: Walker) -> Carried:
     return (w._hint, w._seq_hint, w._kv_size)  # noqa: SLF001
 
 
-def _restore(w: Walker, state: tuple[Any, ...]) -> None:
+def _restore(w: Walker, state: Carried) -> None:
     w._hint, w._seq_hint, w._kv_size = state  # noqa: SLF001
 
 
@@ -155,12 +159,12 @@ def _set_meta_state(w: Walker, state: MetaState) -> None:
 @dataclass(slots=True)
 class PieceResult:
     walker: Walker
-    start_state: tuple[Any, ...]
-    end_state: tuple[Any, ...]
+    start_state: Carried
+    end_state: Carried
     warnings: list[str]
 
 
-def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
+def parse_piece(path: Path, piece: Piece, state: Carried | None = None,
                 meta: MetaState | None = None) -> PieceResult:
     """Parse one piece; without `state`, rebuild it from the bytes just before the piece. `meta`: what the
     pieces before it found (devices, layout, contexts, flags...), for a piece that adds to it."""
