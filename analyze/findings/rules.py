@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
-def _safe(value: Any, limit: int = 40) -> str:
+def _safe(value: object, limit: int = 40) -> str:
     return _SAFE.sub("", str(value))[:limit]
 
 
@@ -58,7 +58,7 @@ class Env:
     def debug_missing(self) -> bool:
         return not (self.batch_debug and self.kv_cache_debug)
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__} | {
             "backend": "/".join(self.backends) or "unknown backend",
             "device_list": ", ".join(self.devices) or f"{self.n_gpus}",

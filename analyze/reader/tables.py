@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from array import array
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -125,7 +126,7 @@ def infer_components(w: Walker, batches: pd.DataFrame, kv: pd.DataFrame) -> None
             f.component, f.evidence = ctx, why
 
 
-def _column(values: list[Any], dtype: str) -> pd.Series:
+def _column(values: Sequence[object], dtype: str) -> pd.Series:
     return pd.Series(values, dtype=dtype)
 
 
@@ -221,7 +222,17 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
     return meta
 
 
-def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+class Built(TypedDict):
+    """A walk's tables and meta (`build_all`), before the verdict."""
+
+    batches: pd.DataFrame
+    kv: pd.DataFrame
+    errors: pd.DataFrame
+    events: pd.DataFrame
+    meta: dict[str, Any]
+
+
+def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
     speculative = is_speculative(w)
     sizes = map_sizes(w._sigs, w.meta, speculative)  # noqa: SLF001
     kv = build_kv(w, sizes)
