@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
 
     from kvtrace.analyze import ParseResult
+    from kvtrace.analyze.reader.records import Meta
     from kvtrace.analyze.reader.verdict import AcceptanceSummary
 
 # the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
@@ -821,7 +822,7 @@ def main() -> None:
         st.json(op.parsed.meta, expanded=False)
 
 
-def show_devices(meta: dict[str, Any]) -> None:
+def show_devices(meta: Meta) -> None:
     """The devices the log lists and where the target's and the drafter's layers and buffers sat (the same
     rows as the report's tables; shown as data, never as markup)."""
     devices = device_rows(meta)

@@ -8,7 +8,7 @@ a safe alphabet, and log lines travel as evidence, which every view shows as tex
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +82,7 @@ class Env:
         return out
 
 
-def _flag(flags: dict[str, Any], *names: str) -> Any:
+def _flag(flags: Mapping[str, str | bool], *names: str) -> str | bool | None:
     for name in names:
         if name in flags:
             return flags[name]
@@ -95,9 +95,9 @@ def env_of(result: ParseResult) -> Env:
     versions = meta.get("versions") or []
     build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
     spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
-    parallel = _flag(flags, "--parallel", "-np")
+    given = _flag(flags, "--parallel", "-np")
     try:
-        parallel = int(parallel) if parallel not in (None, True) else None
+        parallel = int(given) if given is not None and given is not True else None
     except ValueError:
         parallel = None
     kvu = _flag(flags, "--kv-unified", "-kvu")

@@ -24,10 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from kvtrace.analyze.reader.devices import Layout
-from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA
+from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA, Meta
 from kvtrace.analyze.reader.source import Opened, iter_chunks
 from kvtrace.analyze.reader.walker import Walker
 
@@ -145,7 +145,7 @@ def _restore(w: Walker, state: Carried) -> None:
 
 
 # what the meta lines built up: the meta, and the layout and draft state that the next meta lines read
-MetaState = tuple[dict[str, Any], Layout, bool]
+MetaState = tuple[Meta, Layout, bool]
 
 
 def meta_state(w: Walker) -> MetaState:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,7 @@ import pandas as pd
 from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.normalize import readable
-from kvtrace.analyze.reader.records import NA, Event, Failure
+from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
 from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
@@ -200,8 +200,8 @@ def build_events(es: list[Event], kv: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes: int,
-               warnings: list[str]) -> dict[str, Any]:
-    meta = dict(w.meta)
+               warnings: list[str]) -> Meta:
+    meta = w.meta.copy()
     meta.update({
         "source": name,
         "bytes": n_bytes,
@@ -229,7 +229,7 @@ class Built(TypedDict):
     kv: pd.DataFrame
     errors: pd.DataFrame
     events: pd.DataFrame
-    meta: dict[str, Any]
+    meta: Meta
 
 
 def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:

@@ -14,7 +14,15 @@ import pandas as pd
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from kvtrace.analyze.reader.normalize import message
-from kvtrace.analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from kvtrace.analyze.reader.records import (
+    PROSE_ACCEPTANCE,
+    SUMMED_STATS,
+    Meta,
+    detail_of,
+    int_or_none,
+    lines_of,
+    opt_int,
+)
 from kvtrace.analyze.reader.thread import ThreadInfo
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -105,14 +113,14 @@ def trims_text(trims: list[StaleTrim]) -> str:
             "itself.")
 
 
-def synthetic(events: pd.DataFrame, meta: dict[str, Any]) -> bool:
+def synthetic(events: pd.DataFrame, meta: Meta) -> bool:
     """Whether the run's acceptance was made up by the server (b11434's --spec-synth-len/--spec-synth-rates):
     its lines say so, or its command line has the flag."""
     flags = meta.get("flags") or {}
     return bool((events.kind == "synthetic").any()) or any(f in flags for f in SYNTHETIC_FLAGS)
 
 
-def acceptance(events: pd.DataFrame, meta: dict[str, Any] | None = None) -> AcceptanceSummary:
+def acceptance(events: pd.DataFrame, meta: Meta | None = None) -> AcceptanceSummary:
     """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
@@ -223,7 +231,7 @@ def _side_from_its_copy(rows: pd.DataFrame) -> pd.Series:
     return first
 
 
-def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
+def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events, meta)
     n_resets = len(reset_events(events))
