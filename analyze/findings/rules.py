@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -132,7 +132,7 @@ class Match:
 
     detail: str
     evidence: tuple[tuple[int, str], ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
     key: str = ""  # what separates reports of this signature into finer clusters (variant, spec type)
     # the failure's own words where they tell one bug from another (an assert's condition, a CUDA error, a load
     # error), numbers and paths left out: triage clusters on it too, so two different asserts are two clusters

@@ -60,6 +60,19 @@ class StaleTrim(TypedDict):
     batch_start: int | None  # Y: where the target's rows start
 
 
+class VerdictCounts(TypedDict, total=False):
+    """What every verdict carries whatever its kind (`decide` passes them on as keywords)."""
+
+    n_errors: int
+    n_batches: int
+    n_resets: int
+    acceptance: AcceptanceSummary
+    source: str
+    truncated: bool
+    stale_trims: list[StaleTrim]
+    confidence: str
+
+
 @dataclass(slots=True)
 class Verdict:
     kind: str
@@ -237,7 +250,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: in
     n_resets = len(reset_events(events))
     trims = stale_trims(events)
     pos = errors[errors.kind == "inconsistent_positions"]
-    base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
+    base: VerdictCounts = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source, "truncated": truncated, "stale_trims": trims}
     speculative, whole_log = bool(meta.get("speculative")), not truncated
     # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's)
