@@ -10,12 +10,15 @@ captured program's, not kvtrace's.
 Every `console` block that shows kvtrace's output is run: each `$ kvtrace ...` line followed by output lines is
 run from a folder that sees the repository's files, and what it prints must read as the excerpt shows it. A line
 of just `...` stands for any number of lines left out; runs of white space (an excerpt wraps a long line to stay
-within the page's width) count as one space. So an excerpt that drifts from the code fails here. Every `python`
-block is run too, and every link between the documents must reach a file and, with an anchor, a heading."""
+within the page's width) count as one space. Output shown as JSON is read as JSON: every key shown must be
+printed with the value shown (`"..."` for any value). So an excerpt that drifts from the code fails here. Every
+`python` block is run too, and every link between the documents must reach a file and, with an anchor, a
+heading."""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -333,9 +336,56 @@ def console_excerpts(text: str) -> list[tuple[str, list[str]]]:
     return found
 
 
+def json_problem(shown: object, printed: object, where: str = "") -> str | None:
+    """Why a JSON excerpt does not read as what the command printed (None when it does). Every key shown must be
+    printed, with the value shown; keys left out are fine. A string `"..."` stands for any value, a string ending
+    in `...` for a value that starts so, and a list's last item `"..."` for items left out."""
+    if shown == "...":
+        return None
+    if isinstance(shown, str) and shown.endswith("...") and isinstance(printed, str):
+        return None if printed.startswith(shown[:-3]) else f"{where or '.'}: {printed[:60]!r} is not {shown!r}"
+    if isinstance(shown, dict):
+        if not isinstance(printed, dict):
+            return f"{where or '.'}: printed {type(printed).__name__}, shown an object"
+        for key, value in shown.items():
+            if key not in printed:
+                return f"{where}.{key}: no such key in the output"
+            problem = json_problem(value, printed[key], f"{where}.{key}")
+            if problem:
+                return problem
+        return None
+    if isinstance(shown, list):
+        if not isinstance(printed, list):
+            return f"{where or '.'}: printed {type(printed).__name__}, shown a list"
+        items, more = (shown[:-1], True) if shown and shown[-1] == "..." else (shown, False)
+        if len(printed) < len(items) or (not more and len(printed) != len(items)):
+            return f"{where or '.'}: {len(printed)} items printed, {len(items)} shown" + (" and more" if more else "")
+        return next((p for i, item in enumerate(items) if (p := json_problem(item, printed[i], f"{where}[{i}]"))),
+                    None)
+    return None if shown == printed else f"{where or '.'}: printed {printed!r}, shown {shown!r}"
+
+
+def json_excerpt(shown: list[str]) -> tuple[object] | None:
+    """The JSON an excerpt shows, when its output is JSON (one object, pretty-printed or not); else None."""
+    text = "\n".join(shown).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    return (json.loads(text),)  # an excerpt that looks like JSON and is not fails here, saying where
+
+
 def excerpt_problem(shown: list[str], output: str) -> str | None:
     """Why the output shown does not read as the command's real output (None when it does). `...` lines stand for
-    lines left out; white space runs count as one space."""
+    lines left out; white space runs count as one space. Output shown as JSON is compared as JSON with the first
+    object the command printed (json_problem)."""
+    excerpt = json_excerpt(shown)
+    if excerpt is not None:
+        first = next((line for line in output.splitlines() if line.strip()), "")
+        try:
+            printed = json.loads(first)
+        except json.JSONDecodeError:
+            return f"the output is not JSON: {first[:60]!r}"
+        return json_problem(excerpt[0], printed)
+
     def norm(s: str) -> str:
         return " ".join(s.split())
 
@@ -401,6 +451,19 @@ def test_the_excerpts_are_found_and_a_drifted_one_is_caught() -> None:
     assert "not in the output" in (excerpt_problem(["...", "| 1366 | 17 | 16 | -1 | n/a |  |", "..."], output) or "")
     assert "starts otherwise" in (excerpt_problem(["| 1370 | 17 | 16 | -1 | n/a |  |", "..."], output) or "")
     assert "goes on" in (excerpt_problem(["A: x"], output) or "")
+    assert any(json_excerpt(shown) for doc, _, shown in EXCERPTS if doc == "README.md")  # a JSON one is checked too
+    printed = '{"kind": "kv_slot", "evidence": [{"line": 3, "text": "decode: failed"}, {"line": 4}], "n": 2}\n'
+    assert excerpt_problem(['{"kind": "kv_slot",', ' "evidence": [{"line": 3, "text": "decode: ..."}, "..."]}'],
+                           printed) is None
+    assert excerpt_problem(['{"kind": "...", "n": 2}'], printed) is None
+    assert excerpt_problem(['{"kind": "kv_slot", "side": "drafter"}'], printed) == ".side: no such key in the output"
+    assert excerpt_problem(['{"n": 3}'], printed) == ".n: printed 2, shown 3"
+    assert excerpt_problem(['{"evidence": [{"line": 3}]}'], printed) == ".evidence: 2 items printed, 1 shown"
+    assert excerpt_problem(['{"evidence": [{"line": 3, "text": "init: ..."}, "..."]}'], printed) == \
+        ".evidence[0].text: 'decode: failed' is not 'init: ...'"
+    assert excerpt_problem(['{"n": 2}'], "verdict: fixed\n") == "the output is not JSON: 'verdict: fixed'"
+    with pytest.raises(json.JSONDecodeError):
+        excerpt_problem(['{"kind": "kv_slot", ...}'], printed)  # JSON shown must be JSON: `...` only as a value
     block = "```console\n$ kvtrace compare a b\nverdict: fixed\n$ kvtrace report s --format html -o r.html\n```\n"
     assert console_excerpts(block) == [("kvtrace compare a b", ["verdict: fixed"])]
 
