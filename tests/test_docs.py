@@ -158,8 +158,9 @@ def test_the_scenario_tables_are_the_matrix() -> None:
 CITING = [p for folder in ("analyze", "capture", "tools", "tests", "benchmarks") for p in sorted((ROOT / folder).rglob("*"))
           if p.is_file() and p.suffix in {".py", ".c", ".md", ".toml", ".yml", ".txt"}
           and "fixtures" not in p.relative_to(ROOT).parts and p != Path(__file__).resolve()]
-CITING += [ROOT / "app.py", ROOT / "Makefile", ROOT / "pyproject.toml", ROOT / "README.md",
-           *sorted(DOCS.glob("*.md"))]
+CITING += [ROOT / "app.py", ROOT / "Makefile", ROOT / "pyproject.toml", ROOT / "README.md", ROOT / ".ci" / "run",
+           *sorted(DOCS.glob("*.md")), *sorted((ROOT / "samples").rglob("*.md")),
+           *sorted((ROOT / "samples").rglob("*.yml"))]
 
 # What points at notes a clone lacks: section signs, the old notes' numbered line ids and names, paths outside
 # the repository. `../shared/data` is allowed in benchmarks/ only: an optional real capture next to the checkout,
