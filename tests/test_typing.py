@@ -69,3 +69,16 @@ def test_the_pattern_rule() -> None:
     assert _matches("kvtrace.analyze.reader.*", "kvtrace.analyze.reader.walker")
     assert not _matches("kvtrace.analyze.reader.*", "kvtrace.analyze.readers")
     assert not _matches("kvtrace.analyze.reader.walker", "kvtrace.analyze.reader.walker2")
+
+
+def test_the_meta_type_names_every_key_a_parse_writes() -> None:
+    """records.Meta is the one typed home of `meta`'s keys: the samples' and the seed report's (two GPUs) meta
+    have exactly its keys, so a key written but not typed (or typed but never written) is caught."""
+    from kvtrace import analyze
+    from kvtrace.analyze.reader.records import Meta
+
+    seen: set[str] = set()
+    for source in ("samples/stale-drafter", "samples/healthy",
+                   "tests/fixtures/corpus/00_beellama-28-multigpu-dflash-seed.log"):
+        seen |= set(analyze.parse(str(ROOT / source)).meta)
+    assert seen == set(Meta.__required_keys__ | Meta.__optional_keys__)
