@@ -190,9 +190,12 @@ class RecordingProxy:
             ended = True
             return response
         except (asyncio.CancelledError, ConnectionResetError):
-            rec.cancelled, rec.cancelled_at = True, time.time()
-            if self._stopping:
-                rec.error = "the capture stopped before the answer ended"
+            # a client that reads up to the stream's `[DONE]` closes its connection at once, often before the
+            # server's last bytes (the chunked ending) came: that is an answer read to its end, not a cancel
+            if not reader.whole:
+                rec.cancelled, rec.cancelled_at = True, time.time()
+                if self._stopping:
+                    rec.error = "the capture stopped before the answer ended"
             raise
         except aiohttp.ClientError as exc:  # the server went away in the middle of its answer
             rec.error = f"the server's answer broke off ({type(exc).__name__})"

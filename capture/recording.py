@@ -152,6 +152,7 @@ class AnswerReader:
         self.first_token_seen = False
         self.timings: dict[str, Any] | None = None
         self.finish_reason: str | None = None
+        self.done = False  # the stream's `[DONE]` came: the answer is whole, whatever happens to the connection
         self.text: list[str] = []
         self._digest = hashlib.sha256()
         self._chars = 0
@@ -183,6 +184,8 @@ class AnswerReader:
     def _event(self, event: bytes) -> None:
         self.events += 1
         data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+        if data == b"[DONE]":
+            self.done = True
         if not data or data == b"[DONE]":
             return
         try:
@@ -219,6 +222,11 @@ class AnswerReader:
             if isinstance(obj, dict):
                 self._object(obj)
         self._buffer.clear()
+
+    @property
+    def whole(self) -> bool:
+        """The answer has come to its end: a stream's `[DONE]`, or its finish reason with its `timings`."""
+        return self.done or (self.finish_reason is not None and self.timings is not None)
 
     def answer(self) -> Answer:
         return Answer(self._digest.hexdigest() if self._any_text else None, self._chars, self.finish_reason)
