@@ -1,10 +1,10 @@
 """`kvtrace replay --shrink`: the smallest part of a recording that still fails the same way.
 
-Delta debugging (Zeller's ddmin): first over the requests (drop halves, then quarters, ... of them, keeping a
-smaller set whenever it still fails), then over each remaining conversation's earlier turns (a request's
-messages cut by whole turns: the system messages and the last turn stay). Whether a candidate still fails is
-the caller's test, run on a real server (kvtrace.analyze.cli.replay: a replay under capture, then the failure's
-signature); each test is one server run, and `max_runs` bounds them.
+Delta debugging (Zeller's ddmin): first the read-only requests dropped at once (a client's polls), then over the
+requests (drop halves, then quarters, ... of them, keeping a smaller set whenever it still fails), then over each
+remaining conversation's earlier turns (a request's messages cut by whole turns: the system messages and the last
+turn stay). Whether a candidate still fails is the caller's test, run on a real server (kvtrace.analyze.cli.replay:
+a replay under capture, then the failure's signature); each test is one server run, and `max_runs` bounds them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from kvtrace.capture.recording import RecordedRequest
 
 T = TypeVar("T")
+READ_ONLY = frozenset({"GET", "HEAD", "OPTIONS"})
 Test = Callable[[list[RecordedRequest]], bool]
 
 
@@ -111,6 +112,10 @@ def shrink(records: list[RecordedRequest], fails: Test, max_runs: int) -> Shrink
     try:
         if not test(best):
             return ShrinkResult(best, runs, True)
+        # a GET (a client's /health or /v1/models polls) changes nothing on the server: tried without them at once
+        changing = [r for r in best if r.method.upper() not in READ_ONLY]
+        if changing and len(changing) < len(best) and test(changing):
+            best = changing
 
         def requests_fail(subset: list[RecordedRequest]) -> bool:
             nonlocal best

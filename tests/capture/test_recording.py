@@ -97,6 +97,7 @@ def test_shrink_cuts_whole_earlier_turns_and_counts_its_runs() -> None:
                          {"role": "assistant", "content": "d"}, {"role": "user", "content": "trigger"}]}
     assert turns(body) == ([0], [[1, 2], [3, 4], [5]])
     records = [rec(i, float(i), i + 0.5) for i in range(6)]
+    records[1].method = "GET"  # a poll: left out in one run
     records[4] = RecordedRequest(id=4, method="POST", path="/v1/chat/completions", headers={}, body=body,
                                  start=4.0, end=4.5)
     result = shrink(records, lambda xs: any("trigger" in json.dumps(r.body) for r in xs), max_runs=40)
