@@ -191,8 +191,49 @@ class Shaper:
         return made
 
     def ident(self, name: str) -> str:
-        """A made-up identifier (a tool's, an argument's) of as many tokens, the same wherever `name` appears."""
-        return self.text(name, joiner="_")
+        """A made-up identifier (a tool's, an argument's, a call's id) of as many tokens where templates put it:
+        quoted inside JSON (the tools' list, a call's arguments). The same wherever `name` appears."""
+        return self._quoted(name, "_")
+
+    def quoted(self, original: str) -> str:
+        """Made-up text of as many tokens as `original` has as a JSON string (a description, an argument's value,
+        a tool's result): templates render these inside JSON, where a vocabulary splits words otherwise."""
+        return self._quoted(original, " ")
+
+    def _quoted(self, original: str, joiner: str) -> str:
+        if not original.strip():
+            return original
+        cached = self._texts.get((original, "json" + joiner))
+        if cached is not None:
+            return cached
+        n = self.tokenizer.count(_json_string(original))
+        ids = self.tokenizer.ids(original)
+        pool = joiner.join(self._chain(ids, max(n, 2)))
+        while self.tokenizer.count(_json_string(pool)) < n:  # a vocabulary of long words: more of them
+            pool = joiner.join(self._chain(ids, 2 * len(pool.split(joiner))))
+        # the shortest prefix of the made-up words with as many tokens (the count grows with the prefix); a
+        # prefix ending inside a word is fine, the words are made up
+        lo, hi = 1, len(pool)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.tokenizer.count(_json_string(pool[:mid].rstrip(joiner) or pool[:1])) < n:
+                lo = mid + 1
+            else:
+                hi = mid
+        made = pool[:lo].rstrip(joiner) or pool[:1]
+        if self.tokenizer.count(_json_string(made)) != n:  # the count jumped by two there: near cuts, then others
+            near = [pool[:cut] for cut in range(max(1, lo - 3), min(len(pool), lo + 4))]
+            later = [pool[start:start + cut] for start in range(1, 6) for cut in range(max(1, lo - 2), lo + 3)]
+            made = next((c for c in near + later if c.strip(joiner) == c and c
+                         and self.tokenizer.count(_json_string(c)) == n), made)
+        self._texts[(original, "json" + joiner)] = made
+        self.texts += 1
+        self.tokens += n
+        return made
+
+
+def _json_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 # ---- the shape of one request --------------------------------------------------------------------------------
@@ -226,7 +267,7 @@ def _schema(node: Any, s: Shaper) -> Any:
         elif k == "required" and isinstance(v, list):
             out[k] = [s.ident(x) if isinstance(x, str) else x for x in v]
         elif k in ("description", "title") and isinstance(v, str):
-            out[k] = s.text(v)
+            out[k] = s.quoted(v)
         elif k in ("enum", "examples", "default", "const"):
             out[k] = _values(v, s)
         else:
@@ -234,14 +275,15 @@ def _schema(node: Any, s: Shaper) -> Any:
     return out
 
 
-def _values(node: Any, s: Shaper) -> Any:
-    """Any JSON value with every string made up and every key a made-up identifier."""
+def _values(node: Any, s: Shaper, inner: bool = True) -> Any:
+    """Any JSON value with every string made up and every key a made-up identifier; `inner`: a value inside
+    JSON the template renders as JSON (its strings counted quoted), else a body's own field (a prompt)."""
     if isinstance(node, str):
-        return s.text(node)
+        return s.quoted(node) if inner else s.text(node)
     if isinstance(node, list):
-        return [_values(v, s) for v in node]
+        return [_values(v, s, inner) for v in node]
     if isinstance(node, dict):
-        return {s.ident(str(k)): _values(v, s) for k, v in node.items()}
+        return {s.ident(str(k)): _values(v, s, inner) for k, v in node.items()}
     return node
 
 
@@ -250,7 +292,7 @@ def _arguments(text: str, s: Shaper) -> str:
     try:
         value = json.loads(text)
     except ValueError:
-        return s.text(text)
+        return s.quoted(text)
     return json.dumps(_values(value, s), ensure_ascii=False)
 
 
@@ -268,14 +310,16 @@ def _tool_call(call: Any, s: Shaper) -> Any:
     return out
 
 
-def _content(content: Any, s: Shaper, summary: ShapeSummary) -> Any:
+def _content(content: Any, s: Shaper, summary: ShapeSummary, quoted: bool = False) -> Any:
+    """A message's content; `quoted`: a tool's result, which templates render inside JSON."""
+    made = s.quoted if quoted else s.text
     if isinstance(content, str):
-        return s.text(content)
+        return made(content)
     if isinstance(content, list):
         parts = []
         for part in content:
             if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                parts.append({**part, "text": s.text(part["text"])})
+                parts.append({**part, "text": made(part["text"])})
             else:
                 summary.drop(f"content part {part.get('type') if isinstance(part, dict) else type(part).__name__}")
         return parts
@@ -290,7 +334,7 @@ def _message(msg: Any, s: Shaper, summary: ShapeSummary) -> Any:
         if k == "role":
             out[k] = v
         elif k in ("content", "reasoning_content"):
-            out[k] = _content(v, s, summary)
+            out[k] = _content(v, s, summary, quoted=msg.get("role") == "tool")
         elif k == "tool_calls" and isinstance(v, list):
             out[k] = [_tool_call(c, s) for c in v]
         elif k in ("name", "tool_call_id") and isinstance(v, str):
@@ -308,7 +352,7 @@ def _tool(tool: Any, s: Shaper) -> Any:
     if isinstance(fn.get("name"), str):
         shaped["name"] = s.ident(fn["name"])
     if isinstance(fn.get("description"), str):
-        shaped["description"] = s.text(fn["description"])
+        shaped["description"] = s.quoted(fn["description"])
     if "parameters" in fn:
         shaped["parameters"] = _schema(fn["parameters"], s)
     return {**tool, "function": shaped}
@@ -329,7 +373,7 @@ def shape_body(body: Any, s: Shaper, summary: ShapeSummary) -> Any:
         elif k == "tools" and isinstance(v, list):
             out[k] = [_tool(t, s) for t in v]
         else:
-            out[k] = _values(v, s)  # prompt, input, content, and anything not known: made up
+            out[k] = _values(v, s, inner=False)  # prompt, input, content, and anything not known: made up
     return out
 
 
