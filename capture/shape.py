@@ -196,8 +196,8 @@ class Shaper:
         return self._quoted(name, "_")
 
     def quoted(self, original: str) -> str:
-        """Made-up text of as many tokens as `original` has as a JSON string (a description, an argument's value,
-        a tool's result): templates render these inside JSON, where a vocabulary splits words otherwise."""
+        """Made-up text of as many tokens as `original` has as a JSON string (a description, an argument's value):
+        templates render these inside JSON (tojson), where a vocabulary splits words otherwise."""
         return self._quoted(original, " ")
 
     def _quoted(self, original: str, joiner: str) -> str:
@@ -310,9 +310,8 @@ def _tool_call(call: Any, s: Shaper) -> Any:
     return out
 
 
-def _content(content: Any, s: Shaper, summary: ShapeSummary, quoted: bool = False) -> Any:
-    """A message's content; `quoted`: a tool's result, which templates render inside JSON."""
-    made = s.quoted if quoted else s.text
+def _content(content: Any, s: Shaper, summary: ShapeSummary) -> Any:
+    made = s.text
     if isinstance(content, str):
         return made(content)
     if isinstance(content, list):
@@ -334,7 +333,7 @@ def _message(msg: Any, s: Shaper, summary: ShapeSummary) -> Any:
         if k == "role":
             out[k] = v
         elif k in ("content", "reasoning_content"):
-            out[k] = _content(v, s, summary, quoted=msg.get("role") == "tool")
+            out[k] = _content(v, s, summary)  # a tool's result too: templates put it in as text
         elif k == "tool_calls" and isinstance(v, list):
             out[k] = [_tool_call(c, s) for c in v]
         elif k in ("name", "tool_call_id") and isinstance(v, str):
