@@ -220,9 +220,32 @@ class Replayer(threading.Thread):
         t.same_text += recorded.answer.sha256 is not None and recorded.answer.sha256 == new.answer.sha256
         t.cancelled += new.cancelled and recorded.cancelled
 
+    async def _fitting(self, http: aiohttp.ClientSession, rec: RecordedRequest,
+                       answers: dict[int, str]) -> dict[int, str]:
+        """A shape's linked answers this replay got that have as many tokens as the user's had (the server's own
+        /tokenize counts them): sent back, the prompt keeps its length and the cache is reused as it was then."""
+        fitting = {}
+        for link in (rec.shape or {}).get("links") or []:
+            k = int(link[1])
+            text = answers.get(k)
+            if text is None:
+                continue
+            if len(link) < 3:  # a shape without the count: sent back as it is
+                fitting[k] = text
+                continue
+            try:
+                async with http.post(self.base_url + "/tokenize", json={"content": text},
+                                     headers=self._headers()) as resp:
+                    tokens = (await resp.json()).get("tokens") if resp.status == 200 else None
+            except (aiohttp.ClientError, ValueError):
+                tokens = None
+            if isinstance(tokens, list) and len(tokens) == int(link[2]):
+                fitting[k] = text
+        return fitting
+
     async def _send(self, http: aiohttp.ClientSession, j: int, rec: RecordedRequest, in_flight: int,
                     answers: dict[int, str], keep_text: bool) -> RecordedRequest:
-        body = shaped_body(rec, answers) if rec.shape is not None else rec.body
+        body = shaped_body(rec, await self._fitting(http, rec, answers)) if rec.shape is not None else rec.body
         new = RecordedRequest(id=j, method=rec.method, path=rec.path, headers=dict(rec.headers), body=body,
                               body_b64=rec.body_b64, start=time.time(), in_flight=in_flight, stream=rec.stream,
                               replay_of=rec.id)

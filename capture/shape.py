@@ -376,8 +376,10 @@ def shape_body(body: Any, s: Shaper, summary: ShapeSummary) -> Any:
     return out
 
 
-def _answer_links(rec: RecordedRequest, answered: dict[str, int]) -> list[list[int]]:
-    """[message index, request id] for each assistant message that sends back an earlier request's answer."""
+def _answer_links(rec: RecordedRequest, answered: dict[str, int], s: Shaper) -> list[list[int]]:
+    """[message index, request id, tokens] for each assistant message that sends back an earlier request's
+    answer: the replay sends back its own answer there when it has as many tokens (the prompt keeps its length),
+    else the made-up text."""
     body = rec.body if isinstance(rec.body, dict) else {}
     links = []
     for i, msg in enumerate(body.get("messages") or []):
@@ -385,7 +387,7 @@ def _answer_links(rec: RecordedRequest, answered: dict[str, int]) -> list[list[i
             for text in (msg["content"], msg["content"].strip()):
                 k = answered.get(text_digest(text))
                 if k is not None and k != rec.id:
-                    links.append([i, k])
+                    links.append([i, k, s.tokenizer.count(msg["content"])])
                     break
     return links
 
@@ -396,7 +398,7 @@ def shape_records(records: list[RecordedRequest], s: Shaper) -> tuple[list[Recor
     answered: dict[str, int] = {}  # answer digest -> the first request that got it
     out = []
     for rec in sorted(records, key=lambda r: (r.start, r.id)):
-        links = _answer_links(rec, answered)
+        links = _answer_links(rec, answered, s)
         summary.linked_answers += len(links)
         predicted = (rec.timings or {}).get("predicted_n")
         shape: dict[str, Any] = {"links": links}
@@ -432,7 +434,7 @@ def write_shape(folder: Path, model: Path | None = None, program: Path | None = 
 
 def linked_ids(records: Iterable[RecordedRequest]) -> set[int]:
     """The requests whose replayed answers a shape sends back later."""
-    return {int(k) for r in records if r.shape for _, k in r.shape.get("links") or []}
+    return {int(link[1]) for r in records if r.shape for link in r.shape.get("links") or []}
 
 
 def shaped_body(rec: RecordedRequest, answers: dict[int, str]) -> Any:
@@ -443,7 +445,7 @@ def shaped_body(rec: RecordedRequest, answers: dict[int, str]) -> Any:
     if not isinstance(body, dict):
         return body
     messages = body.get("messages")
-    for index, k in shape.get("links") or []:
+    for index, k, *_ in shape.get("links") or []:
         if isinstance(messages, list) and 0 <= index < len(messages) and int(k) in answers:
             messages[index] = {**messages[index], "content": answers[int(k)]}
     tokens = shape.get("answer_tokens")

@@ -83,7 +83,7 @@ def with_turns(rec: RecordedRequest, keep: list[int]) -> RecordedRequest:
     shape = rec.shape
     if shape and shape.get("links"):  # a shape's links name message indexes: renumbered
         order = {old: new for new, old in enumerate(sorted(kept))}
-        shape = {**shape, "links": [[order[i], k] for i, k in shape["links"] if i in order]}
+        shape = {**shape, "links": [[order[link[0]], *link[1:]] for link in shape["links"] if link[0] in order]}
     return replace(rec, body={**rec.body, "messages": messages}, shape=shape)
 
 
