@@ -265,6 +265,8 @@ class Replayer(threading.Thread):
                         if new.first_token is None and reader.first_token_seen:
                             new.first_token = time.time()
                         if cut_after_events is not None and new.events >= cut_after_events:
+                            # read up to there and go away, as the client did (one chunk can hold more events)
+                            new.events = cut_after_events
                             new.cancelled, new.cancelled_at = True, time.time()
                             resp.close()  # the server sees the client go away, as it did then
                             break
