@@ -158,6 +158,9 @@ class AnswerReader:
         self._chars = 0
         self._buffer = bytearray()
         self._any_text = False
+        # events after the first token, read when the answer ends: the proxy passes each chunk on without
+        # decoding its JSON (that cost a streamed answer about a fifth of its speed on a fast server)
+        self._pending: list[bytes] = []
 
     def feed(self, chunk: bytes) -> int:
         """Take the next bytes; returns how many whole events they completed (0 for a body that is no stream)."""
@@ -171,7 +174,12 @@ class AnswerReader:
                 return done
             event = bytes(self._buffer[:cut])
             del self._buffer[: cut + sep]
-            self._event(event)
+            self.events += 1
+            if self.first_token_seen:
+                self._pending.append(event)
+                self.done = self.done or b"[DONE]" in event
+            else:
+                self._event(event)
             done += 1
 
     def _event_end(self) -> tuple[int, int]:
@@ -182,7 +190,6 @@ class AnswerReader:
         return -1, 0
 
     def _event(self, event: bytes) -> None:
-        self.events += 1
         data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
         if data == b"[DONE]":
             self.done = True
@@ -212,8 +219,14 @@ class AnswerReader:
         if isinstance(timings, dict):
             self.timings = timings
 
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self._event(event)
+
     def close(self) -> None:
-        """The answer has ended: a body that is no stream is read now."""
+        """The answer has ended: the events kept for later, or a body that is no stream, are read now."""
+        self._drain()
         if not self.streamed and self._buffer:
             try:
                 obj = json.loads(bytes(self._buffer))
@@ -226,12 +239,14 @@ class AnswerReader:
     @property
     def whole(self) -> bool:
         """The answer has come to its end: a stream's `[DONE]`, or its finish reason with its `timings`."""
+        self._drain()
         return self.done or (self.finish_reason is not None and self.timings is not None)
 
     def answer(self) -> Answer:
         return Answer(self._digest.hexdigest() if self._any_text else None, self._chars, self.finish_reason)
 
     def full_text(self) -> str:
+        self._drain()
         return "".join(self.text)
 
 
