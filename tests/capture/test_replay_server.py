@@ -106,8 +106,9 @@ def test_every_request_the_client_sent_is_recorded(recorded: Path) -> None:
     assert records[3].body["messages"][3]["tool_calls"][0]["function"]["name"] == "get_water_level"
     assert max(records[4].in_flight, records[5].in_flight) == 2  # two slots at once
     cancelled = [r for r in records if r.cancelled]
-    # the proxy passed on at least what the client read before it went away, far from the whole answer
-    assert len(cancelled) == 1 and 4 <= cancelled[0].events < 100 and cancelled[0].timings is None
+    # the proxy passed on at least what the client read before it went away (and what the fast tiny server sent
+    # meanwhile), not the whole answer: the server stopped on the cancel before its 400 tokens and their timings
+    assert len(cancelled) == 1 and 4 <= cancelled[0].events < 400 and cancelled[0].timings is None
     for r in records:
         assert r.start <= (r.first_token or r.start) <= (r.end or 0)
         if not r.cancelled:
