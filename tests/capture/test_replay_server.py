@@ -226,3 +226,23 @@ def test_a_replay_stopped_half_way_leaves_a_session_that_parses(recorded: Path, 
     assert 2 <= sum(r.path == "/v1/chat/completions" for r in done) < 8
     assert analyze.parse(out).lines > 0
     assert json.loads((out / "manifest.json").read_text())["replay"]["sent"] == len(done)
+
+
+def test_redact_on_a_recorded_capture_writes_the_shape_too(llama_server: Path, tmp_path: Path) -> None:
+    from tests.capture.replay_helpers import healthy
+
+    port = free_port()
+    out = tmp_path / "s"
+    proc = start_kvtrace("capture", "run", "--record", "--redact", "--quiet", "--out", str(out), "--",
+                         *server_cmd(llama_server, port), cwd=tmp_path)
+    wait_for(lambda: healthy(port) or proc.poll() is not None, timeout=240, what="the recorded server")
+    from openai import OpenAI
+
+    OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "the cache and the draft"}], max_tokens=8, temperature=0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert (out / "shareable.log").is_file(), err.decode()[-2000:]
+    shaped = [r for r in read_records(out / "requests.shape.jsonl") if r.path == "/v1/chat/completions"]
+    assert len(shaped) == 1 and "the cache and the draft" not in (out / "requests.shape.jsonl").read_text()
+    assert shaped[0].shape == {"links": [], "answer_tokens": 8}
