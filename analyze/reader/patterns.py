@@ -338,6 +338,13 @@ PATTERNS: tuple[Pattern, ...] = (
        builds="upstream MTP (newer than b11434)", extra={"stage": "0"},
        # examples: built to the log-format notes §10.2
        examples=("0.02.000.000 E spec flush_deferr: failed to trim draft memory for sequence 0",)),
+    # b11434's slot memory aborts when a context cannot remove part of a sequence (common/common.cpp): a recurrent or
+    # hybrid model's memory, such as a draft context created with n_rs_seq = 0 (log-format notes §10.9)
+    _p("seq_rm_failed", "failure", "failed to remove sequence",
+       rf"failed to remove sequence (?P<seq>\d+) with p0=(?P<p0>{INT}), p1=(?P<p1>{INT})", kind="assert",
+       builds="llama.cpp b11434 (common_memory::seq_rm)", extra={"stage": "0"},
+       # examples: a real llama-server b11434 run with a Mamba drafter (tools/scenarios.py), its build path shortened
+       examples=("llama.cpp/common/common.cpp:1597: failed to remove sequence 0 with p0=27, p1=-1",)),
     _p("chain_process_failed", "failure", "llama_process(chain) returned",
        rf"llama_process\(chain\) returned (?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)", extra={"stage": "3"},
@@ -767,6 +774,14 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: built to the log-format notes §10.3
        examples=("0.48.122.337 D spec       accept: adaptive draft depth seq 0: 3 -> 4 (n_draft=3, n_accepted=3)",)),
     # ---- warnings that name a sequence (the failure after them may not) and multimodal chunks
+    # whether a context can remove part of a sequence (b11434, once per context): a recurrent or hybrid drafter
+    # cannot, so every partial rollback after a draft fails (log-format notes §10.9)
+    _p("partial_seq_rm", "event", "partial sequence removal",
+       r"context (?P<support>does not support|supports bounded) partial sequence removal", kind="seq_rm_support",
+       builds="llama.cpp b11434 (common_context)",
+       # examples: the first from a real llama-server b11434 run with a Mamba drafter; the second built to §10.9
+       examples=("0.00.049.603 I cmn  common_conte: the context does not support partial sequence removal",
+                 "0.00.049.603 I cmn  common_conte: the context supports bounded partial sequence removal")),
     _p("kv_nonconsecutive", "event", "non-consecutive token position",
        r"non-consecutive token position (?P<pos>\d+) after (?P<prev>\d+) for sequence (?P<seq>\d+)",
        kind="kv_warning",
