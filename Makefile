@@ -58,7 +58,8 @@ lint: setup
 test: lint server browser core-smoke
 	$(BIN)/pytest --durations=25
 
-# The core (no llama.cpp build) in a fresh Python 3.13 venv: install from wheels, triage the corpus fixtures.
+# The core (no llama.cpp build) in a fresh Python 3.13 venv: install from wheels, one top-level name (kvtrace),
+# triage the corpus fixtures.
 # Under CI (CI set) a machine without Python 3.13 fails: the supported range must be tested there, not skipped.
 core-smoke:
 	@if [ -z "$(PY313)" ] && [ -n "$$CI" ]; then echo "core-smoke: CI is set and no Python 3.13 was found (pyenv or python3.13 on PATH)" >&2; exit 1; fi
@@ -67,6 +68,7 @@ core-smoke:
 		.venv-core313/bin/pip install -q --only-binary=:all: --upgrade pip && \
 		.venv-core313/bin/pip install -q --only-binary=:all: . && \
 		.venv-core313/bin/kvtrace --help >/dev/null && \
+		.venv-core313/bin/python -c "import importlib.metadata as m, sys; top = m.distribution('kvtrace').read_text('top_level.txt').split(); print('core-smoke: the wheel installs', top); sys.exit(top != ['kvtrace'])" && \
 		.venv-core313/bin/kvtrace triage --json tests/fixtures/corpus > .venv-core313/triage.jsonl && \
 		.venv-core313/bin/python -c "import sys; n = sum(1 for _ in open('.venv-core313/triage.jsonl')); print(f'core-smoke: python 3.13 triaged {n} corpus logs'); sys.exit(n == 0)" && \
 		(.venv-core313/bin/kvtrace demo --no-dashboard 2>&1 | grep -q "kvtrace\[engine\]") && \
