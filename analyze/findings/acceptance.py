@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -221,7 +221,8 @@ def step_histogram(events: pd.DataFrame) -> list[dict[str, Any]]:
     per draft size n, `steps[j]` the verify steps that accepted exactly j of n drafted tokens."""
     steps = step_table(events)
     out = []
-    for n, rows in steps.groupby("drafted", sort=True):
+    for key, rows in steps.groupby("drafted", sort=True):
+        n = int(cast(int, key))
         counts = np.bincount(np.clip(rows["accepted"].to_numpy(np.int64), 0, int(n)), minlength=int(n) + 1)
         out.append({"drafted": int(n), "steps": [int(c) for c in counts]})
     return out

@@ -108,6 +108,32 @@ def _health(result: ParseResult, folder: Path | None) -> list[HealthFinding]:
     return sorted(found, key=lambda f: (f.onset_line, f.finding))
 
 
+TITLES = {"acceptance_collapse": "acceptance collapsed", "slot_skew": "one slot accepts far less",
+          "drafting_stopped": "drafting stopped", "drafter_stale": "the drafter stopped following the target"}
+
+
+def health_headline(found: list[HealthFinding]) -> str:
+    """A run with findings and no failure, in a few words: never "Healthy"."""
+    first = found[0]
+    where = f" on slot {first.slot}" if first.slot is not None else ""
+    more = f" (+{len(found) - 1} more finding{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    return f"Drafter stopped helping: {TITLES[first.finding]}{where} from line {first.onset_line}{more}"
+
+
+HEALTHY_SUMMARY = "A healthy speculative run"
+
+
+def restated(summary: str, found: list[HealthFinding]) -> str:
+    """The verdict's summary (the reader's words, written before any finding) where a finding fired: a run whose
+    drafter stopped helping is not called healthy."""
+    if not found or not summary.startswith(HEALTHY_SUMMARY):
+        return summary
+    names = ", ".join(dict.fromkeys(f.finding for f in found))
+    rest = summary[len(HEALTHY_SUMMARY):].replace(", and no failure in the log.", ".").replace(
+        ": no failure in the log.", ".")
+    return f"A speculative run with no failure in the log, but its drafter stopped helping ({names}; see health){rest}"
+
+
 # ---- the log's acceptance, per step and per request ----------------------------------------------------------
 
 REQUEST_COLUMNS = ["slot", "task", "line", "t", "prompt", "generated", "drafted", "accepted", "counted"]
@@ -235,12 +261,14 @@ def _collapses(result: ParseResult, steps: pd.DataFrame, requests: pd.DataFrame,
                server: _ServerSide) -> list[HealthFinding]:
     out = []
     slots_with_steps = set()
-    for slot, rows in steps.groupby("slot", sort=True):
+    for key, rows in steps.groupby("slot", sort=True):
+        slot = int(cast(int, key))
         slots_with_steps.add(int(slot))
         found = _step_collapse(int(slot), rows.reset_index(drop=True), server)
         if found is not None:
             out.append(found)
-    for slot, rows in requests[requests["drafted"] > 0].groupby("slot", sort=True):
+    for key, rows in requests[requests["drafted"] > 0].groupby("slot", sort=True):
+        slot = int(cast(int, key))
         if int(slot) in slots_with_steps:
             continue
         found = _request_collapse(int(slot), rows.reset_index(drop=True), server)
@@ -333,7 +361,8 @@ def _skews(result: ParseResult, requests: pd.DataFrame) -> list[HealthFinding]:
     if drafting["slot"].nunique() < 2:
         return []
     out = []
-    for slot, mine in drafting.groupby("slot", sort=True):
+    for key, mine in drafting.groupby("slot", sort=True):
+        slot = int(cast(int, key))
         others = drafting[drafting["slot"] != slot]
         # like with like: only the prompts both sides were given (slots that each got their own prompts differ
         # as the prompts do, which says nothing about the slot)
@@ -362,7 +391,8 @@ def _skews(result: ParseResult, requests: pd.DataFrame) -> list[HealthFinding]:
 def _stops(result: ParseResult, requests: pd.DataFrame, server: _ServerSide) -> list[HealthFinding]:
     out = []
     seen = requests[requests["counted"]]
-    for slot, rows in seen.groupby("slot", sort=True):
+    for key, rows in seen.groupby("slot", sort=True):
+        slot = int(cast(int, key))
         rows = rows.reset_index(drop=True)
         drafted = rows["drafted"].to_numpy(np.int64) > 0
         generating = rows["generated"].to_numpy(np.int64) >= STOP_MIN_GENERATED

@@ -21,6 +21,7 @@ import pandas as pd
 
 from kvtrace.analyze.findings.counters import ServerCounters, server_counters
 from kvtrace.analyze.findings.cycles import depth_series, depth_text
+from kvtrace.analyze.findings.health import health, health_headline, restated
 from kvtrace.analyze.findings.overview import Overview, overview
 from kvtrace.analyze.findings.positions import XAxis, stored_positions
 from kvtrace.analyze.findings.rules import plain_summary
@@ -92,8 +93,11 @@ def advice(kind: str, component: str = "unknown") -> str:
 
 def headline(result: ParseResult) -> str:
     """The verdict in a few words (the report's and the dashboard's): a run with nothing failed reads as healthy,
-    not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way."""
+    not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way; unless a
+    health finding fired, which then heads it (the verdict's kind stays what the log's failures make it)."""
     v = result.verdict
+    if not len(result.errors) and (found := health(result)):
+        return health_headline(found)
     if not len(result.errors) and v.kind == "draft_stats_only":
         n = len(v.stale_trims)
         return f"Healthy, drafter memory trimmed {n} time{'s' if n != 1 else ''}" if n else "Healthy"
@@ -300,6 +304,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
     if result.truncated:
         out.append(Prose(f"**Read in part:** {READ_IN_PART}"))
+    out += health_blocks(result)
     if verdict.last_pos is not None and verdict.batch_start is not None:
         out.append(Prose(
             f"**First position error:** the KV cache held up to X = {_num(verdict.last_pos)}, the batch "
@@ -343,7 +348,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     out.append(Table(None, rows))
     if counters is not None and counters.agree is False:
         out.append(Prose(disagreement_text(counters)))
-    summary = plain_summary(verdict)  # never a quote from the log outside a fence
+    summary = restated(plain_summary(verdict), health(result))  # never a quote from the log outside a fence
     if summary:
         out.append(Prose(escape(summary)))
     explanation, steps = what_to_do(result, sig)
@@ -368,6 +373,30 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         out += [Prose("**Next steps:**"), Bullets(steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
     return out
+
+
+HEALTH_SHOWN = 10  # findings listed in a report or comment (a run rarely has more than one per slot)
+HEALTH_HEADER = ["finding", "slot", "onset line", "onset (s)", "confidence", "evidence"]
+
+
+def health_rows(result: ParseResult) -> list[list[str]]:
+    """The health findings (analyze/findings/health.py) as table rows of the tool's own words, escaped."""
+    rows = []
+    for f in health(result)[:HEALTH_SHOWN]:
+        rows.append([f"`{f.finding}`", _num(f.slot), str(f.onset_line),
+                     "n/a" if f.onset_t is None else f"{f.onset_t:.3f}", f.confidence,
+                     escape(f.evidence[:600])])
+    return rows
+
+
+def health_blocks(result: ParseResult) -> list[Block]:
+    rows = health_rows(result)
+    if not rows:
+        return []
+    n = len(health(result))
+    more = f" ({n - HEALTH_SHOWN} more not shown)" if n > HEALTH_SHOWN else ""
+    return [Prose(f"**Health findings**{more}: the drafter stopped helping while llama.cpp refused nothing (or "
+                  "long before it did); the onset is the line where it started."), Table(HEALTH_HEADER, rows)]
 
 
 def counters_text(c: ServerCounters) -> str:
@@ -621,8 +650,12 @@ def github_comment(result: ParseResult) -> str:
         if v.last_pos is not None:
             xy += f" (Y must be {_num(int(v.last_pos) + 1)})"
         lines.append(xy + f", {v.n_position_errors} position error{'s' if v.n_position_errors != 1 else ''}")
+    if side == "none" and health(result):
+        lines.insert(0, f"**{escape(headline(result))}**")
     out.append("\\\n".join(lines))  # a backslash at a line's end: a line break (CommonMark)
-    summary = plain_summary(v)
+    for block in health_blocks(result):
+        out.append(block.text if isinstance(block, Prose) else _md_table(block) if isinstance(block, Table) else "")
+    summary = restated(plain_summary(v), health(result))
     if summary:
         out.append(gh_text(summary))
     if result.truncated:
