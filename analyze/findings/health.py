@@ -457,19 +457,25 @@ def _stale(result: ParseResult) -> list[HealthFinding]:
 
 
 def _stuck(result: ParseResult, seq: int, drafter: pd.DataFrame, target: pd.DataFrame) -> HealthFinding | None:
-    """The first run of drafter observations at one stored position (after the drafter had moved at least once)
-    over which the target's stored position climbed on."""
-    pos = drafter["pos"].to_numpy(np.float64)
-    lines = drafter["line"].to_numpy(np.int64)
+    """The first run of drafts at one stored position (after the drafter had moved at least once) over which the
+    target's stored position climbed on. A draft is the drafter's observations between two of the target's (a
+    chained draft stores one token per decode, so it climbs inside a draft); its level is the lowest of them,
+    where the drafter's cache stood before it drafted."""
+    d_lines = drafter["line"].to_numpy(np.int64)
     t_lines, t_pos = target["line"].to_numpy(np.int64), target["pos"].to_numpy(np.float64)
-    change = np.flatnonzero(np.diff(pos) != 0) + 1
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [len(pos)]])
-    for s, e in zip(starts, ends, strict=True):
+    group = np.searchsorted(t_lines, d_lines, side="left")  # target observations before each drafter one
+    starts_at = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    ends_at = np.r_[starts_at[1:], len(group)]
+    level = np.minimum.reduceat(drafter["pos"].to_numpy(np.float64), starts_at)
+    sources = drafter["source"].to_numpy(object)
+    change = np.flatnonzero(np.diff(level) != 0) + 1
+    runs = zip(np.r_[0, change], np.r_[change, len(level)], strict=True)
+    for s, e in runs:
         if s == 0 or e - s < STALE_MIN_OBSERVATIONS:  # no earlier level: the drafter never moved before
             continue
-        x = pos[s]
-        inside = (t_lines > lines[s]) & (t_lines <= lines[e - 1])
+        x = level[s]
+        first, last = int(d_lines[starts_at[s]]), int(d_lines[ends_at[e - 1] - 1])
+        inside = (t_lines > first) & (t_lines <= last)
         if not inside.any():
             continue
         climbed = float(np.nanmax(t_pos[inside]) - x)
@@ -477,17 +483,16 @@ def _stuck(result: ParseResult, seq: int, drafter: pd.DataFrame, target: pd.Data
             continue
         # where X got stuck: the drafter's last store before the run (find_slot prints the max before placing
         # a batch, so the store that reached X shows the value before it); a batch's own end is the store itself
-        source = str(drafter["source"].iloc[s])
-        onset = int(lines[s - 1]) if source == "kv" and drafter["source"].iloc[s - 1] == "kv" else int(lines[s])
+        before = ends_at[s - 1] - 1
+        onset = int(d_lines[before]) if sources[starts_at[s]] == "kv" and sources[before] == "kv" else first
         err = result.errors
         refused = err[(err["component"] == "drafter") & (pd.to_numeric(err["seq_id"], errors="coerce") == seq)
                       & (pd.to_numeric(err["last_pos"], errors="coerce") == x)]
         then = (f"; llama.cpp then refused {len(refused)} drafter batch{'es' if len(refused) != 1 else ''} with "
                 f"X = {int(x)} (first at line {int(refused['line'].min())})") if len(refused) else \
             "; llama.cpp refused none of them"
-        evidence = (f"sequence {seq}: the drafter's stored position stayed at {int(x)} over {e - s} drafter "
-                    f"observations (lines {int(lines[s])}-{int(lines[e - 1])}) while the target's climbed to "
-                    f"{int(np.nanmax(t_pos[inside]))}{then}")
+        evidence = (f"sequence {seq}: the drafter's stored position stayed at {int(x)} over {e - s} drafts "
+                    f"(lines {first}-{last}) while the target's climbed to {int(np.nanmax(t_pos[inside]))}{then}")
         t = _t_at(result, onset)
         return HealthFinding("drafter_stale", seq, seq, onset, t, evidence, HIGH if len(refused) else MEDIUM)
     return None
