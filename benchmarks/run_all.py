@@ -16,6 +16,8 @@ RUNS = [
     ["follow_cost.py"],
     ["live_under_load.py"],
     ["triage_jobs.py"],
+    # false alarms of the health findings over inputs known healthy (a count, not a speed)
+    ["health_findings.py", "tests/fixtures/corpus", "tests/fixtures/scenarios", "--engine", "1"],
 ]
 
 

@@ -15,7 +15,7 @@ so none of the four applies to it.
 
 Where the session holds the server's own counts (metrics.parquet, requests.parquet), a finding is held against
 them: `confidence` is "high" when they agree, "low" when they contradict, "medium" on the log alone. The
-thresholds, and how they were chosen, are in README.md's "Health findings" (measured in benchmarks/README.md).
+thresholds, and how they were chosen, are in docs/health.md (measured in benchmarks/README.md).
 """
 
 from __future__ import annotations
