@@ -93,7 +93,7 @@ def advice(kind: str, component: str = "unknown") -> str:
 
 def headline(result: ParseResult) -> str:
     """The verdict in a few words (the report's and the dashboard's): a run with nothing failed reads as healthy,
-    not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way; unless a
+    not by the verdict's kind, and says so when the build trimmed a stale drafter's memory on the way; unless a
     health finding fired, which then heads it (the verdict's kind stays what the log's failures make it)."""
     v = result.verdict
     if not len(result.errors) and (found := health(result)):
@@ -255,7 +255,7 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
 
 # What newer builds print when they repair or skip the drafter (log-format notes §10.2-10.3), counted in the report.
 _DRAFTER_REPAIRS = (
-    ("stale_trim", "drafter memory found stale and trimmed by llama.cpp"),
+    ("stale_trim", "drafter memory found stale and trimmed by the build (a turboquant-derived fork)"),
     ("not_mirrored", "times the draft mirror gave a sequence up (not mirrored)"),
     ("draft_clamp", "draft size clamped to fit the draft batch"),
     ("draft_rejected", "drafter rows rejected (no draft that round)"),
