@@ -48,7 +48,8 @@ class Verdict:
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
     thread: dict[str, Any] | None = None
     # the drafter's memory found stale and trimmed by the build itself (a turboquant-derived fork's draft mirror,
-    # MTP): each with its line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the target's rows start)
+    # MTP): each with its line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the
+    # target's rows start)
     stale_trims: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
