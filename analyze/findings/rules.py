@@ -54,13 +54,23 @@ class Env:
     kv_cache_debug: bool = False
     stale_kv_clear: bool = False  # the log shows beellama.cpp v0.3.0's clear running
     speculative: bool = False
+    # the build family where the log tells it (log-format notes §10.9): "beellama>=0.4" (no GGML_DFLASH_DEBUG),
+    # "ik_llama" (no batch or KV debug lines, no position check), "" for llama.cpp and the rest
+    fork: str = ""
 
     @property
     def debug_missing(self) -> bool:
         return not (self.batch_debug and self.kv_cache_debug)
 
+    @property
+    def debug_env(self) -> str:
+        """The debug switches that print something on this build."""
+        if self.fork == "beellama>=0.4":
+            return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1"
+        return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
+
     def fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__} | {
+        return {name: getattr(self, name) for name in self.__slots__} | {"debug_env": self.debug_env} | {
             "backend": "/".join(self.backends) or "unknown backend",
             "device_list": ", ".join(self.devices) or f"{self.n_gpus}",
             "drafter_on": f"; the drafter's layers are on {', '.join(self.drafter_devices)}"
@@ -124,7 +134,17 @@ def env_of(result: ParseResult) -> Env:
         kv_cache_debug=bool(meta.get("kv_cache_debug")),
         stale_kv_clear=bool(patterns & {"dflash_clear_stale", "dflash_clear_seq"}),
         speculative=bool(meta.get("speculative")),
+        fork=fork_of(patterns),
     )
+
+
+def fork_of(patterns: set[str]) -> str:
+    """The build family the log's own lines tell (log-format notes §10.9), "" where they do not."""
+    if "beellama_dflash_depth" in patterns:
+        return "beellama>=0.4"
+    if "pos_accept" in patterns:  # ik_llama.cpp's `statistics ... pos_accept=[...]`
+        return "ik_llama"
+    return ""
 
 
 @dataclass(slots=True, frozen=True)

@@ -51,7 +51,7 @@ from kvtrace.analyze.findings.rules import (
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
 
-DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
+DEBUG_ENV = Env().debug_env  # llama.cpp and forks before beellama.cpp v0.4
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,8 +105,18 @@ def _no_debug(e: Env) -> bool:
     return e.debug_missing
 
 
-RERUN_DEBUG = Step(f"Rerun with `{DEBUG_ENV}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
-                   "batch and every stored KV position is in the log.", _no_debug)
+RERUN_DEBUG = Step("Rerun with `{debug_env}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
+                   "batch and every stored KV position is in the log.", lambda e: _no_debug(e) and e.fork != "ik_llama")
+# what the build's own debug switches can show (log-format notes §10.9), added to any signature's steps
+BUILD_STEPS = (
+    Step("This is beellama.cpp v0.4 or later: `GGML_DFLASH_DEBUG` does nothing there (its DFlash is upstream's "
+         "draft-dflash), so the drafter's positions come only from `LLAMA_KV_CACHE_DEBUG=1` (find_slot lines); "
+         "`kvtrace capture run` sets it.", lambda e: e.fork == "beellama>=0.4"),
+    Step("This is ik_llama.cpp: it has no `LLAMA_BATCH_DEBUG`, no `LLAMA_KV_CACHE_DEBUG` and no X/Y position check, "
+         "so no capture of it shows the batches, the drafter's stored positions or a position refusal; its "
+         "responses' `timings` (`n_past`, `draft_by_depth`) are what it gives. Reproduce on llama.cpp to see "
+         "positions.", lambda e: e.fork == "ik_llama"),
+)
 SINGLE_GPU = Step("Try a single GPU (`--split-mode none`, or `CUDA_VISIBLE_DEVICES=0`): the log shows {n_gpus} "
                   "devices ({device_list}){drafter_on}, and a failure that goes away on one device points at the "
                   "split.", lambda e: e.n_gpus > 1)
@@ -447,7 +457,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "Speculative decoding ran without a failure. Acceptance says how often the target agreed with the "
         "drafter; the mean accepted length is tokens per verification (1 + accepted / verify steps).",
         (Step("Nothing to fix. To speed up, compare acceptance across `--draft-max` values."),
-         Step("If a failure happens elsewhere, capture that run with `" + DEBUG_ENV + "` and `-v`.")),
+         Step("If a failure happens elsewhere, capture that run with `{debug_env}` and `-v`.",
+              lambda e: e.fork != "ik_llama")),
         failure=False,
     ),
     Signature(
@@ -473,6 +484,6 @@ def match_signature(result: ParseResult) -> SignatureMatch:
         if sig.name == "unclassified" and result.verdict.kind in ("no_log", "other") and not len(result.errors):
             sig = Signature(sig.name, "No failure found", sig.rule,
                             "The log has no failure and no draft statistics.", sig.next_steps, failure=False)
-        steps = [s for s in (step.render(env) for step in sig.next_steps) if s]
+        steps = [s for s in (step.render(env) for step in (*sig.next_steps, *BUILD_STEPS)) if s]
         return SignatureMatch(sig, m, env, list(dict.fromkeys(steps)), cycles)
     raise AssertionError("the fallback signature always matches")

@@ -697,6 +697,12 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.19.967.115 I slot apply_adapti: id  0 | task 0 | adaptive draft-max profit: 0 -> 15 (score=22.65)",
                  "0.17.959.806 I slot print_timing: id  0 | task 8 | adaptive dm: fringe=0.00 n_max=15",
                  "adaptive dm: fringe=0.41 (win=32, rch 20, acc 13) n_max=8->6")),
+    # beellama.cpp v0.4+ (its DFlash is upstream's draft-dflash, GGML_DFLASH_DEBUG gone): what tells the build apart
+    _p("beellama_dflash_depth", "event", "defaults to the drafter block depth",
+       r"DFlash: omitted --spec-draft-n-max defaults to the drafter block depth \((?P<n_to>\d+)\)",
+       kind="build_marker", builds="beellama.cpp >= v0.4 (log-format notes §10.9)",
+       # examples: built to the log-format notes §10.9
+       examples=("0.00.412.118 W DFlash: omitted --spec-draft-n-max defaults to the drafter block depth (15)",)),
     _p("cli_drafted", "event", "n_drafted", r"^\s*n_drafted\s*=\s*(?P<generated>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_drafted = 132",)),

@@ -24,7 +24,7 @@ from kvtrace.analyze.findings.cycles import depth_series, depth_text
 from kvtrace.analyze.findings.health import health, health_headline, restated
 from kvtrace.analyze.findings.overview import Overview, overview
 from kvtrace.analyze.findings.positions import XAxis, stored_positions
-from kvtrace.analyze.findings.rules import plain_summary
+from kvtrace.analyze.findings.rules import env_of, plain_summary
 from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
@@ -578,7 +578,8 @@ def rerun_line(result: ParseResult) -> str:
     model = result.thread.llama_swap_model() if result.thread is not None else None
     if model is not None:
         return f"kvtrace capture llama-swap config.yaml {shlex.quote(model)} --ping 3 --until-error"
-    words = ["kvtrace", "capture", "run", "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
+    inert = ["--dflash-debug", "off"] if env_of(result).fork == "beellama>=0.4" else []  # gone in beellama v0.4
+    words = ["kvtrace", "capture", "run", *inert, "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
     for flag, value in (result.meta.get("flags") or {}).items():
         words += [flag] if value is True else [flag, str(value)]
     return " ".join(shlex.quote(w) for w in words)
@@ -591,7 +592,8 @@ def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, 
     speculative = bool(meta.get("speculative"))
     started = bool(meta.get("contexts")) and (not speculative or bool(meta.get("spec_impls")))
     dflash_lines = bool((result.events["kind"] == "dflash").any()) if len(result.events) else False
-    debug = ["LLAMA_BATCH_DEBUG=1", "LLAMA_KV_CACHE_DEBUG=1"] + (["GGML_DFLASH_DEBUG=1"] if env.dflash else [])
+    debug = ["LLAMA_BATCH_DEBUG=1", "LLAMA_KV_CACHE_DEBUG=1"] + (
+        ["GGML_DFLASH_DEBUG=1"] if env.dflash and env.fork != "beellama>=0.4" else [])  # gone in beellama v0.4
     items = [
         (bool(env.build), "the version line (`llama-server --version`)"),
         (bool(flags) and any(f in flags for f in ("--spec-type", "--spec-draft-model", "--model-draft", "-md"))
@@ -600,8 +602,13 @@ def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, 
                   "`common_speculative_init`)"),
     ]
     if kind in _FAILURE_KINDS or kind == "no_log":
-        have = env.batch_debug and env.kv_cache_debug and (not env.dflash or dflash_lines)
-        items.append((have, "the debug lines: rerun with `" + " ".join(debug) + "`"))
+        dflash_seen = not env.dflash or dflash_lines or env.fork == "beellama>=0.4"  # no DFlash lines there
+        have = env.batch_debug and env.kv_cache_debug and dflash_seen
+        if env.fork == "ik_llama":  # it has none of these switches (log-format notes §10.9)
+            items.append((False, "the debug lines: ik_llama.cpp has no `LLAMA_BATCH_DEBUG`, `LLAMA_KV_CACHE_DEBUG` "
+                                 "or position check; the same run on llama.cpp shows them"))
+        else:
+            items.append((have, "the debug lines: rerun with `" + " ".join(debug) + "`"))
     items.append((bool(meta.get("gpus")), "the device list (`ggml_cuda_init: found ... devices` or "
                                           "`--list-devices`)"))
     return items
