@@ -288,10 +288,12 @@ def _step_collapse(slot: int, rows: pd.DataFrame, server: _ServerSide) -> Health
     if k2 >= 0 and llr2 >= COLLAPSE_LLR:
         end = k + k2
     before, low = hit[:k].mean(), hit[k:end].mean()
-    if low > COLLAPSE_RATIO * before:
-        return None
     acc, dr = rows["accepted"].to_numpy(np.int64), rows["drafted"].to_numpy(np.int64)
     tok_before, tok_low = _rate(acc[:k].sum(), dr[:k].sum()), _rate(acc[k:end].sum(), dr[k:end].sum())
+    # far below in steps that accepted anything, or in drafted tokens accepted (a longer draft that still
+    # lands its first token now and then: the steps fall less than the tokens do)
+    if low > COLLAPSE_RATIO * before and not tok_low <= COLLAPSE_RATIO * tok_before:
+        return None
     onset = rows.iloc[k]
     came_back = f", until line {int(rows['line'].iloc[end])} where it came back" if end < len(rows) else \
         " to the end of the log"

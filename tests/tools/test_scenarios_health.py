@@ -1,6 +1,6 @@
 """What the health findings name on a real llama-server b11434 (`make server`): a tiny Mamba drafter used as
 draft-simple, which b11434 cannot roll back (its draft context is created with n_rs_seq = 0), named with that
-cause; and n-gram scenarios whose prompts really draft, and two slots given different prompts, which fire
+cause; a client that turns its sampling up midway, a real collapse named at its onset; and n-gram scenarios whose prompts really draft, and two slots given different prompts, which fire
 nothing (acceptance that the text or the prompts explain is no finding)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from kvtrace import analyze
 from kvtrace.analyze.cli import cli
+from kvtrace.analyze.findings.acceptance import step_table
 from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.findings.signatures import match_signature
 from tests.capture.capture_helpers import NEEDS_SERVER
@@ -44,3 +45,21 @@ def test_healthy_runs_that_draft_little_or_differ_per_slot_name_nothing(llama_se
     assert health(result) == []
     out = CliRunner().invoke(cli, ["triage", "--json", str(run.session)])
     assert json.loads(out.output)["health"] == []
+
+
+def test_a_real_collapse_is_named_where_the_sampling_changed(llama_server: Path, tmp_path: Path) -> None:
+    """Four greedy requests, then four at a temperature where the tiny target's tokens are close to random: the
+    drafter's acceptance falls for real (no bug), and the onset is where the hot requests begin."""
+    run = run_scenario(BY_NAME["draft-simple-sampling-change"], tmp_path / "hot", llama_server, limit=150)
+    assert run.ok, run.reason
+    result = analyze.parse(str(run.session))
+    found = health(result)
+    assert [f.finding for f in found] == ["acceptance_collapse"]
+    opened = result.events[result.events["kind"] == "new_prompt"].groupby("task")["line"].min().sort_values()
+    fifth, fourth = int(opened.iloc[4]), int(opened.iloc[3])
+    steps = step_table(result.events)["line"]
+    onset = found[0].onset_line
+    # within a few verify steps of the first hot request's start (a change point in noisy 0/1 steps)
+    assert fourth < onset and int(((steps >= min(onset, fifth)) & (steps < max(onset, fifth))).sum()) <= 8, \
+        (found[0], opened.tolist())
+    assert match_signature(result).name == "acceptance_collapse"
