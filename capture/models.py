@@ -289,7 +289,8 @@ def ensure_shared_drafter(cache_dir: Path | None = None, seed: int = 0, params: 
 
 # A recurrent drafter for draft-simple (llama-server b11434): one Mamba block over the target's embeddings and output
 # head (so the two share a vocabulary). b11434 creates the draft context with n_rs_seq = 0, so this drafter cannot
-# remove part of a sequence; the first partial rollback after a draft aborts the server (log-format notes §10.9).
+# remove part of a sequence; the first partial rollback after a draft aborts the server
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches).
 RECURRENT_DRAFTER_VERSION = 1
 
 

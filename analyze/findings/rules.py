@@ -8,9 +8,9 @@ a safe alphabet, and log lines travel as evidence, which every view shows as tex
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
-def _safe(value: Any, limit: int = 40) -> str:
+def _safe(value: object, limit: int = 40) -> str:
     return _SAFE.sub("", str(value))[:limit]
 
 
@@ -54,7 +54,8 @@ class Env:
     kv_cache_debug: bool = False
     stale_kv_clear: bool = False  # the log shows beellama.cpp v0.3.0's clear running
     speculative: bool = False
-    # the build family where the log tells it (log-format notes §10.9): "beellama>=0.4" (no GGML_DFLASH_DEBUG),
+    # the build family where the log tells it (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches):
+    # "beellama>=0.4" (no GGML_DFLASH_DEBUG),
     # "ik_llama" (no batch or KV debug lines, no position check), "" for llama.cpp and the rest
     fork: str = ""
 
@@ -69,7 +70,7 @@ class Env:
             return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1"
         return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__} | {"debug_env": self.debug_env} | {
             "backend": "/".join(self.backends) or "unknown backend",
             "device_list": ", ".join(self.devices) or f"{self.n_gpus}",
@@ -93,7 +94,7 @@ class Env:
         return out
 
 
-def _flag(flags: dict[str, Any], *names: str) -> Any:
+def _flag(flags: Mapping[str, str | bool], *names: str) -> str | bool | None:
     for name in names:
         if name in flags:
             return flags[name]
@@ -106,9 +107,9 @@ def env_of(result: ParseResult) -> Env:
     versions = meta.get("versions") or []
     build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
     spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
-    parallel = _flag(flags, "--parallel", "-np")
+    given = _flag(flags, "--parallel", "-np")
     try:
-        parallel = int(parallel) if parallel not in (None, True) else None
+        parallel = int(given) if given is not None and given is not True else None
     except ValueError:
         parallel = None
     kvu = _flag(flags, "--kv-unified", "-kvu")
@@ -139,7 +140,8 @@ def env_of(result: ParseResult) -> Env:
 
 
 def fork_of(patterns: set[str]) -> str:
-    """The build family the log's own lines tell (log-format notes §10.9), "" where they do not."""
+    """The build family the log's own lines tell, "" where they do not
+    (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)."""
     if "beellama_dflash_depth" in patterns:
         return "beellama>=0.4"
     if "pos_accept" in patterns:  # ik_llama.cpp's `statistics ... pos_accept=[...]`
@@ -153,7 +155,7 @@ class Match:
 
     detail: str
     evidence: tuple[tuple[int, str], ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
     key: str = ""  # what separates reports of this signature into finer clusters (variant, spec type)
     # the failure's own words where they tell one bug from another (an assert's condition, a CUDA error, a load
     # error), numbers and paths left out: triage clusters on it too, so two different asserts are two clusters

@@ -71,7 +71,7 @@ class Step:
 class Signature:
     name: str
     title: str
-    rule: Callable[[Any, CycleStats], Match | None]
+    rule: Callable[[ParseResult, CycleStats], Match | None]
     explanation: str
     next_steps: tuple[Step, ...]
     failure: bool = True  # False for the healthy signature
@@ -107,7 +107,8 @@ def _no_debug(e: Env) -> bool:
 
 RERUN_DEBUG = Step("Rerun with `{debug_env}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
                    "batch and every stored KV position is in the log.", lambda e: _no_debug(e) and e.fork != "ik_llama")
-# what the build's own debug switches can show (log-format notes §10.9), added to any signature's steps
+# what the build's own debug switches can show, added to any signature's steps
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
 BUILD_STEPS = (
     Step("This is beellama.cpp v0.4 or later: `GGML_DFLASH_DEBUG` does nothing there (its DFlash is upstream's "
          "draft-dflash), so the drafter's positions come only from `LLAMA_KV_CACHE_DEBUG=1` (find_slot lines); "
@@ -128,7 +129,8 @@ REPORT_BUILD = Step("Quote the build (`{build}`) when reporting, and retest on t
                     lambda e: bool(e.build))
 
 # where the drafter's positions come from on this build: beellama.cpp v0.4+ dropped GGML_DFLASH_DEBUG (its DFlash is
-# upstream's), so LLAMA_KV_CACHE_DEBUG's find_slot lines are all there is (log-format notes §10.9)
+# upstream's), so LLAMA_KV_CACHE_DEBUG's find_slot lines are all there is
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
 WATCH_POSITIONS = Step("Rerun with `LLAMA_KV_CACHE_DEBUG=1 LLAMA_BATCH_DEBUG=1` and `-v` (or `kvtrace capture run -- "
                        "llama-server ...`): the drafter's stored positions (find_slot) show whether it still follows "
                        "the target.", _no_debug)

@@ -1,4 +1,4 @@
-"""Advice that knows the build (log-format notes §10.9): beellama.cpp v0.4+ has no GGML_DFLASH_DEBUG, so the
+"""Advice that knows the build (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches): beellama.cpp v0.4+ has no GGML_DFLASH_DEBUG, so the
 steps and the rerun line rely on LLAMA_KV_CACHE_DEBUG; ik_llama.cpp has no batch or KV debug lines at all, so
 nothing asks for them; the stale-trim lines are a turboquant-derived fork's, never "newer llama.cpp"'s."""
 
@@ -13,7 +13,7 @@ from kvtrace.analyze.views.report import github_comment, rerun_line
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 SEED = CORPUS / "00_beellama-28-multigpu-dflash-seed.log"
-# beellama.cpp v0.4's start-up line (log-format notes §10.9), as its server prints it
+# beellama.cpp v0.4's start-up line (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches), as its server prints it
 V04 = "0.00.412.118 W DFlash: omitted --spec-draft-n-max defaults to the drafter block depth (15)"
 # ik_llama.cpp's `statistics` line (its dual speculation), as its server prints it (the pattern's example)
 IK = "statistics ngram_mod(tail), blocked = 2/64, pos_accept=[87%,78%,68%,67%,58%,57%,49%,41%,...]"
