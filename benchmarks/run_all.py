@@ -17,6 +17,8 @@ RUNS = [
     ["live_under_load.py"],
     ["triage_jobs.py"],
     ["proxy_cost.py"],
+    # false alarms of the health findings over inputs known healthy (a count, not a speed)
+    ["health_findings.py", "tests/fixtures/corpus", "tests/fixtures/scenarios", "--engine", "1"],
 ]
 
 

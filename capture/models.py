@@ -263,6 +263,95 @@ def ensure_models(cache_dir: Path | None = None, seed: int = 0, params: ModelPar
     return generate_pair(folder, seed, params)
 
 
+# The embedded engine's draft-simple drafter (scenarios keep drafter.gguf, the first-layer one): the target's own
+# weights with its later layers' contribution scaled down, so it agrees with the target on most drafts (measured:
+# chain drafting accepts about 78 % of drafted tokens, a block's first token about 85 %) and a collapse stands out.
+SHARED_DRAFTER_VERSION = 1
+SHARED_LATER_SCALE = 0.5
+
+
+def ensure_shared_drafter(cache_dir: Path | None = None, seed: int = 0, params: ModelParams | None = None) -> Path:
+    """The drafter that shares the generated target's weights, made once beside the pair and reused."""
+    params = params or ModelParams()
+    pair = ensure_models(cache_dir, seed, params)
+    path = pair.target.parent / f"drafter-shared-v{SHARED_DRAFTER_VERSION}.gguf"
+    if path.is_file():
+        return path
+    weights = _weights(params, len(vocabulary()[0]), seed)
+    for name in weights:
+        block = name.split(".")[1] if name.startswith("blk.") else ""
+        if block and int(block) > 0 and name.endswith(("attn_output.weight", "ffn_down.weight")):
+            weights[name] = (weights[name] * SHARED_LATER_SCALE).astype(np.float32)
+    _write_atomically(path, partial(_write_gguf, arch="llama", name=f"kvtrace-tiny-shared-drafter-s{seed}",
+                                    params=params, n_layers=params.target_layers, weights=weights))
+    return path
+
+
+# A recurrent drafter for draft-simple (llama-server b11434): one Mamba block over the target's embeddings and output
+# head (so the two share a vocabulary). b11434 creates the draft context with n_rs_seq = 0, so this drafter cannot
+# remove part of a sequence; the first partial rollback after a draft aborts the server
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches).
+RECURRENT_DRAFTER_VERSION = 1
+
+
+def _mamba_weights(params: ModelParams, seed: int) -> dict[str, np.ndarray]:
+    e = params.n_embd
+    d_inner, d_state, d_conv, dt_rank = 2 * e, 16, 4, max(1, e // 16)
+    target = _weights(params, len(vocabulary()[0]), seed)
+    rng = np.random.default_rng(seed + 303)
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        m: np.ndarray = (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+        return m
+
+    return {
+        "token_embd.weight": target["token_embd.weight"], "output_norm.weight": target["output_norm.weight"],
+        "output.weight": target["output.weight"], "blk.0.attn_norm.weight": np.ones(e, dtype=np.float32),
+        "blk.0.ssm_in.weight": mat(2 * d_inner, e), "blk.0.ssm_conv1d.weight": mat(d_inner, d_conv),
+        "blk.0.ssm_conv1d.bias": np.zeros(d_inner, dtype=np.float32),
+        "blk.0.ssm_x.weight": mat(dt_rank + 2 * d_state, d_inner), "blk.0.ssm_dt.weight": mat(d_inner, dt_rank),
+        "blk.0.ssm_dt.bias": np.zeros(d_inner, dtype=np.float32),
+        "blk.0.ssm_a": (-np.exp(rng.standard_normal((d_inner, d_state)))).astype(np.float32),
+        "blk.0.ssm_d": np.ones(d_inner, dtype=np.float32), "blk.0.ssm_out.weight": mat(e, d_inner, 0.3),
+    }  # fmt: skip
+
+
+def _write_mamba(path: Path, params: ModelParams, seed: int) -> None:
+    import gguf
+
+    e = params.n_embd
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_name(f"kvtrace-tiny-mamba-s{seed}")
+    writer.add_context_length(params.context_length)
+    writer.add_embedding_length(e)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_ssm_conv_kernel(4)
+    writer.add_ssm_inner_size(2 * e)
+    writer.add_ssm_state_size(16)
+    writer.add_ssm_time_step_rank(max(1, e // 16))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_tokenizer(writer, mask=False)
+    for name, array in _mamba_weights(params, seed).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def ensure_recurrent_drafter(cache_dir: Path | None = None, seed: int = 0, params: ModelParams | None = None) -> Path:
+    """A tiny Mamba drafter for the generated target of `seed` (draft-simple), made once and cached."""
+    params = params or ModelParams()
+    pair = ensure_models(cache_dir, seed, params)
+    path = pair.target.parent / f"mamba-v{RECURRENT_DRAFTER_VERSION}.gguf"
+    if not path.is_file():
+        _write_atomically(path, lambda tmp: _write_mamba(tmp, params, seed))
+    return path
+
+
 def resolve_models(
     target: Path | str | None = None,
     drafter: Path | str | None = None,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtrace.analyze.reader.session import KEY_PROGRAM, SCENARIO, free_port, log_of, read_manifest
-from kvtrace.capture.models import ensure_models, ensure_upstream_drafter
+from kvtrace.capture.models import ensure_models, ensure_recurrent_drafter, ensure_upstream_drafter
 from kvtrace.capture.rpc import RpcError, RpcServers, find_rpc_server, start
 
 # Varied short prompts, each used more than once: repeated prompts let the server reuse cached prefixes.
@@ -60,6 +60,9 @@ class Scenario:
     rpc_devices: int = 0  # local ggml-rpc-servers (loopback), each one device: a multi-GPU layout on a CPU
     rpc_die_after: int = 0  # stop the last RPC server after this many requests (a device lost mid-run)
     defaults: bool = False  # the server's defaults as users type them: memory fitting on, threads and -np auto
+    recurrent_drafter: bool = False  # the tiny Mamba drafter (capture/models.py) as draft-simple's
+    repeating_first: int = 0  # the first N requests get the prompt that repeats itself, the rest prose
+    hot_from: int = 0  # requests from this index on sample at HOT_TEMPERATURE (the client's change, not a fault)
     about: str = ""
 
     @property
@@ -67,6 +70,9 @@ class Scenario:
         """Which drafter model file the spec type needs: the llama pair's, an upstream arch, or none."""
         return {"draft-simple": "simple", "draft-dflash": "dflash", "draft-eagle3": "eagle3"}.get(self.spec_type)
 
+
+# A sampling temperature at which the tiny target's tokens are close to random: drafts stop matching them.
+HOT_TEMPERATURE = 8.0
 
 # The matrix: every speculative type the tiny models can run, and the setups that move the target's KV.
 TWO_DEVICES = ("-ngl", "99", "-sm", "layer", "-ts", "1,1", "--spec-draft-ngl", "all")
@@ -85,6 +91,19 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="n-gram self-speculation, no drafter model"),
     Scenario("ngram-simple-1slot", "ngram-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
              about="the simplest n-gram drafting"),
+    # n-gram drafting that really drafts: prompts that repeat themselves, short n-grams; the prose ones draft little
+    # or nothing (what the text gives: acceptance falls and drafting stops, never a finding)
+    Scenario("ngram-simple-drafting", "ngram-simple", ("-c", "2048", "-np", "1", "--spec-ngram-simple-size-n", "2",
+                                                       "--spec-ngram-simple-size-m", "4"),
+             requests=6, concurrency=1, max_tokens=160, repeating_first=2,
+             about="ngram-simple that drafts: two repeating prompts, then prose; 2-token n-grams"),
+    Scenario("ngram-mod-drafting", "ngram-mod", ("-c", "2048", "-np", "2", "--spec-ngram-mod-n-match", "2",
+                                                 "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "4"),
+             requests=8, concurrency=2, max_tokens=160, long_prompts=True,
+             about="ngram-mod that drafts on two slots: repeating prompts, 2-token matches"),
+    # many requests on two slots with each its own prompts: the slots' acceptance differs as their prompts do
+    Scenario("draft-simple-2slots-long", "draft-simple", ("-c", "2048", "-np", "2"), requests=16, concurrency=2,
+             max_tokens=64, about="two slots, sixteen requests: acceptance per slot as the prompts make it"),
     Scenario("draft-simple-cache-reuse", "draft-simple", ("-c", "1024", "-np", "2", "--cache-reuse", "8"),
              requests=6, concurrency=2, about="prompt prefixes reused from the cache"),
     Scenario("draft-simple-context-shift", "draft-simple", ("-c", "256", "-np", "1", "--context-shift"),
@@ -144,6 +163,19 @@ PROMPT_TOO_LONG = Scenario("draft-simple-prompt-too-long", "draft-simple", ("-c"
                            about="a prompt longer than the context, refused even with --context-shift")
 BY_NAME[PROMPT_TOO_LONG.name] = PROMPT_TOO_LONG
 
+# What the health findings name on a real server (tests/tools/test_scenarios_health.py): a recurrent drafter that
+# b11434 cannot roll back (its known cause), and a client that turns its sampling up midway (acceptance falls for
+# real: the server's counters see it too).
+HEALTH_RUNS: tuple[Scenario, ...] = (
+    Scenario("draft-simple-recurrent-drafter", "draft-simple", ("-c", "512", "-np", "1"), requests=2, concurrency=1,
+             recurrent_drafter=True, healthy=False,
+             about="a tiny Mamba drafter as draft-simple: b11434 cannot remove part of its sequence"),
+    Scenario("draft-simple-sampling-change", "draft-simple", ("-c", "2048", "-np", "1"), requests=8, concurrency=1,
+             max_tokens=64, hot_from=4, healthy=False,
+             about="greedy requests, then four sampled at a high temperature: acceptance collapses"),
+)
+BY_NAME.update({s.name: s for s in HEALTH_RUNS})
+
 
 @dataclass(slots=True)
 class RequestResult:
@@ -182,6 +214,8 @@ def server_command(scenario: Scenario, server: Path, port: int, session: Path,
     kind = scenario.drafter
     if scenario.model_draft:
         cmd += ["-md", scenario.model_draft]
+    elif scenario.recurrent_drafter:
+        cmd += ["-md", str(ensure_recurrent_drafter(cache_dir))]
     elif kind == "simple":
         cmd += ["-md", str(pair.drafter)]
     elif kind is not None:
@@ -211,7 +245,7 @@ def _healthy(port: int) -> bool:
 def _prompt(scenario: Scenario, i: int) -> str:
     if scenario.too_long and i % 2 == 0:
         return TOO_LONG_PROMPT
-    if scenario.long_prompts and i % 2 == 0:
+    if scenario.long_prompts and i % 2 == 0 or i < scenario.repeating_first:
         return LONG_PROMPT
     return PROMPTS[i % len(PROMPTS)]
 
@@ -227,7 +261,7 @@ def _chat(scenario: Scenario, port: int, i: int) -> RequestResult:
     try:
         stream = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=scenario.max_tokens,
-            temperature=0.0, stream=True,
+            temperature=HOT_TEMPERATURE if scenario.hot_from and i >= scenario.hot_from else 0.0, stream=True,
         )
         for chunk in stream:
             chunks += 1

@@ -284,7 +284,11 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
 
     Sets LLAMA_BATCH_DEBUG=1, LLAMA_KV_CACHE_DEBUG=1, GGML_DFLASH_DEBUG=1; for llama.cpp programs adds
     -v, --log-prefix --log-timestamps and --log-colors off unless you chose already, and --metrics where
-    the build lists it. stdout and stderr go, merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json
+    the build lists it. GGML_DFLASH_DEBUG is inert on beellama.cpp v0.4 and later (its DFlash is
+    upstream's; --dflash-debug off): there the drafter's positions come from LLAMA_KV_CACHE_DEBUG alone.
+    ik_llama.cpp reads none of the three (no batch or KV debug lines, no position check): its capture
+    shows the server's lines and response timings, not the drafter's positions. stdout and stderr go,
+    merged and byte-exact, into SESSION/raw.log; SESSION/manifest.json
     records the command (secrets redacted), the triage flags, the version and the GPUs; the server's /metrics
     go into SESSION/metrics.parquet.
 

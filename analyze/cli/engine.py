@@ -35,6 +35,16 @@ def _tensor_split(_ctx: click.Context, _param: click.Parameter, value: str | Non
         raise click.BadParameter("a comma-separated list of numbers, e.g. 3,1") from None
 
 
+def _fault_at(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int | None]:
+    if not value:
+        return (1, None)
+    request, _, cycle = value.partition(":")
+    try:
+        return int(request), int(cycle) if cycle else None
+    except ValueError:
+        raise click.BadParameter("REQUEST or REQUEST:CYCLE, both counted from 0, e.g. 1:10") from None
+
+
 def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
@@ -42,7 +52,14 @@ def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 def _engine_options(f: Any) -> Any:
     opts = [
         click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
-                     help="Break the drafter's bookkeeping the way a real bug does (none = healthy)."),
+                     help="Break the drafter's bookkeeping the way a real bug does (none = healthy). "
+                     "silent-stale, stops-drafting and drafter-lags are never refused where they start (their "
+                     "onset is in ground_truth.parquet's `fault`): draft-simple and draft-dflash only."),
+        click.option("--fault-at", callback=_fault_at, metavar="REQUEST[:CYCLE]",
+                     help="Where a silent fault starts, counted from 0 (default 1, a third into the request; "
+                     "stops-drafting: the request's start)."),
+        click.option("--lag-cycles", type=click.IntRange(min=1), default=8, show_default=True,
+                     help="drafter-lags: cycles the drafter's cache stays put before llama.cpp refuses it."),
         click.option("--spec-type", type=click.Choice(SPEC_TYPES), default="draft-dflash", show_default=True,
                      help="llama.cpp's speculative type: draft-dflash and draft-eagle3 run real DFlash / EAGLE3 "
                      "drafters on the target's layer inputs; draft-simple a plain llama drafter (see --drafting)."),
@@ -123,6 +140,8 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         draft_device=kw["draft_device"],
         progress=want_progress(progress),
         pace_s=kw["pace_s"],
+        fault_at=kw["fault_at"],
+        lag_cycles=kw["lag_cycles"],
     )
 
 
@@ -193,6 +212,9 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     With --devices N the target is split over N llama.cpp RPC devices started on loopback (this
     llama.cpp's own, stopped when the capture ends), the drafter on the one --draft-device names.
 
+    With --spec-type draft-simple the generated drafter shares the target's weights (its later layers
+    scaled down), so most drafts are accepted and a collapse stands out.
+
     Exit code: 0 captured (injected failures included); 1 a healthy run (--fault none) hit a decode
     failure; 2 bad settings, models or devices; 128 + N stopped by signal N (Ctrl-C: 130), the session
     written up to there.
@@ -201,6 +223,8 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
     Examples:
       kvtrace capture engine --fault stale-drafter
       kvtrace capture engine --fault no-rollback --draft 8 --out ./repro
+      kvtrace capture engine --spec-type draft-simple --fault silent-stale --fault-at 1:10
+      kvtrace capture engine --fault stops-drafting --requests 4 --devices 2
       kvtrace capture engine --spec-type draft-eagle3 --fault stale-drafter
       kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles

@@ -24,6 +24,7 @@ from kvtrace.analyze.cli.options import (
 from kvtrace.analyze.cli.reports import triage_table
 
 if TYPE_CHECKING:
+    from kvtrace.analyze.findings.health import HealthFinding
     from kvtrace.analyze.fleet.dataset import Parsed
     from kvtrace.analyze.reader.thread import ThreadInfo
     from kvtrace.analyze.reader.verdict import Verdict
@@ -171,6 +172,16 @@ def format_verdict(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def health_lines(found: list[HealthFinding], failed: bool) -> list[str]:
+    """The health findings under a verdict; a run with one and no failure is not called healthy."""
+    if not found:
+        return []
+    head = "  health:   " + ("the drafter stopped helping, though nothing failed:" if not failed else
+                             "the drafter stopped helping before the failure:")
+    return [head] + [f"    line {f.onset_line:>7}  {f.finding}" + (f" (slot {f.slot})" if f.slot is not None else "")
+                     + f", {f.confidence} confidence: {f.evidence}" for f in found]
+
+
 def thread_lines(thread: ThreadInfo) -> list[str]:
     """Where a GitHub thread's evidence was pasted, and the logs it only links to."""
     n = len(thread["parts"])
@@ -209,7 +220,9 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
         return
     if scheduler is not None:
         fail("--scheduler goes with --table (or --csv)")
+    from kvtrace.analyze.findings.acceptance import step_histogram
     from kvtrace.analyze.findings.counters import server_counters
+    from kvtrace.analyze.findings.health import health, restated
 
     bad = 0
     first = True
@@ -220,13 +233,18 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
             continue
         v = result.verdict
         v.source = src
+        found = health(result)
+        v.summary = restated(v.summary, found)
         if as_json:
             counters = server_counters(result)  # a session that scraped the server's /metrics
-            click.echo(json.dumps(v.to_dict() | {"server_counters": counters.to_dict() if counters else None}))
+            click.echo(json.dumps(v.to_dict() | {"server_counters": counters.to_dict() if counters else None,
+                                                 "health": [f.to_dict() for f in found],
+                                                 "step_histogram": step_histogram(result.events)}))
         else:
             if not first:
                 click.echo("")
             click.echo(format_verdict(v))
+            click.echo("\n".join(health_lines(found, bool(len(result.errors)))))
         first = False
     if bad:
         raise SystemExit(2)

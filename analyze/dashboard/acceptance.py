@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvtrace.analyze.findings.acceptance import Acceptance, acceptance
+from kvtrace.analyze.findings.acceptance import Acceptance, acceptance, step_histogram, step_table
 from kvtrace.analyze.findings.counters import ServerCounters, server_counters
+from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.reader.parser import ParseResult
 from kvtrace.analyze.views.acceptance import (
     over_time_figure,
@@ -15,6 +16,7 @@ from kvtrace.analyze.views.acceptance import (
     per_request_figure,
     request_table,
     slot_table,
+    step_histogram_figure,
 )
 from kvtrace.analyze.views.report import disagreement_text
 
@@ -44,8 +46,14 @@ def show_acceptance(result: ParseResult, digest: str, key: str) -> None:
     if acc.empty:
         return
     st.subheader("Acceptance")
-    figures = [(name, fig) for name, fig in (("time", over_time_figure(acc)), ("position", per_position_figure(acc)),
-                                             ("request", per_request_figure(acc))) if fig is not None]
+    onsets = [(f.onset_t, f"onset: {f.finding}" + (f", slot {f.slot}" if f.slot is not None else ""))
+              for f in health(result) if f.onset_t is not None]
+    steps = step_table(result.events)
+    over_time = over_time_figure(acc, steps, onsets)
+    figures = [(name, fig) for name, fig in (("time", over_time), ("position", per_position_figure(acc)),
+                                             ("request", per_request_figure(acc)),
+                                             ("steps", step_histogram_figure(step_histogram(result.events))))
+               if fig is not None]
     for col, (name, fig) in zip(st.columns(len(figures)) if figures else [], figures, strict=True):
         with col:
             st.plotly_chart(fig, key=f"acceptance-{name}-{key}", config=_CONFIG)

@@ -28,6 +28,7 @@ from kvtrace.analyze.dashboard.acceptance import show_acceptance, show_counters_
 from kvtrace.analyze.dashboard.follow import Follower, LiveState
 from kvtrace.analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from kvtrace.analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from kvtrace.analyze.findings.health import health, restated
 from kvtrace.analyze.findings.overview import overview
 from kvtrace.analyze.findings.positions import (
     XAxis,
@@ -317,8 +318,12 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
             f"**First position error:** the KV cache held up to **X = {int(v.last_pos)}**, the batch started "
             f"at **Y = {int(v.batch_start)}** (sequence {v.seq_id}; gap {int(v.batch_start) - int(v.last_pos) - 1})."
         )
+    found = health(result)
     if v.summary:
-        st.markdown(escape(v.summary))
+        st.markdown(escape(restated(v.summary, found)))
+    if found:  # data, never markup: the evidence is the tool's words, but a table keeps it plain
+        st.markdown("**Health findings:** the drafter stopped helping; each onset is marked on the charts.")
+        st.dataframe(pd.DataFrame([f.to_dict() for f in found]), hide_index=True, key=f"health-{op.source.digest}")
     explanation, steps = _what_to_do(op.source.digest, result)
     if failed or not v.summary:  # a healthy run's summary says it all: one sentence, not two
         st.markdown(explanation)

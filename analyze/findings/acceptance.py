@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -197,3 +197,32 @@ def acceptance(result: ParseResult, folder: Path | None = None) -> Acceptance:
     requests = _requests(ev, steps, t)
     return Acceptance(over, server_over, _per_position(steps), server_pos, requests, _slots(requests), clock,
                       len(steps), notes)
+
+
+# ---- the log's verify steps, one row each, and the per-step histogram ------------------------------------
+
+STEP_COLUMNS = ["line", "t", "slot", "task", "accepted", "drafted"]
+
+
+def step_table(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per verify step the log prints (`accepted N/M draft tokens`): LLAMA_TRACE's line where the log
+    has it (every step), else the -v wording (which skips the step that ends a request). Slot -1: none named."""
+    steps = _steps(events)
+    steps = steps[steps["generated"].notna() & (steps["generated"] > 0)]
+    return pd.DataFrame({
+        "line": steps["line"].astype("int64"), "t": steps["t"].astype("float64"),
+        "slot": steps["slot"].fillna(-1).astype("int64"), "task": steps["task"].fillna(-1).astype("int64"),
+        "accepted": steps["accepted"].fillna(0).astype("int64"), "drafted": steps["generated"].astype("int64"),
+    }, columns=STEP_COLUMNS).sort_values("line", kind="stable").reset_index(drop=True)
+
+
+def step_histogram(events: pd.DataFrame) -> list[dict[str, Any]]:
+    """"Accepted exactly j of n", counted from the log's per-step lines (never made up from totals): one entry
+    per draft size n, `steps[j]` the verify steps that accepted exactly j of n drafted tokens."""
+    steps = step_table(events)
+    out = []
+    for key, rows in steps.groupby("drafted", sort=True):
+        n = int(cast(int, key))
+        counts = np.bincount(np.clip(rows["accepted"].to_numpy(np.int64), 0, int(n)), minlength=int(n) + 1)
+        out.append({"drafted": int(n), "steps": [int(c) for c in counts]})
+    return out

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvtrace.analyze.findings.cycles import CycleStats
+from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import stale_drafter
 from kvtrace.analyze.reader.devices import devices_holding
 from kvtrace.analyze.reader.normalize import message
-from kvtrace.analyze.reader.records import lines_of, opt_int
+from kvtrace.analyze.reader.records import detail_of, lines_of, opt_int
 from kvtrace.analyze.reader.verdict import failing_side
 
 if TYPE_CHECKING:
@@ -53,13 +54,24 @@ class Env:
     kv_cache_debug: bool = False
     stale_kv_clear: bool = False  # the log shows beellama.cpp v0.3.0's clear running
     speculative: bool = False
+    # the build family where the log tells it (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches):
+    # "beellama>=0.4" (no GGML_DFLASH_DEBUG),
+    # "ik_llama" (no batch or KV debug lines, no position check), "" for llama.cpp and the rest
+    fork: str = ""
 
     @property
     def debug_missing(self) -> bool:
         return not (self.batch_debug and self.kv_cache_debug)
 
+    @property
+    def debug_env(self) -> str:
+        """The debug switches that print something on this build."""
+        if self.fork == "beellama>=0.4":
+            return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1"
+        return "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
+
     def fields(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.__slots__} | {
+        return {name: getattr(self, name) for name in self.__slots__} | {"debug_env": self.debug_env} | {
             "backend": "/".join(self.backends) or "unknown backend",
             "device_list": ", ".join(self.devices) or f"{self.n_gpus}",
             "drafter_on": f"; the drafter's layers are on {', '.join(self.drafter_devices)}"
@@ -123,7 +135,18 @@ def env_of(result: ParseResult) -> Env:
         kv_cache_debug=bool(meta.get("kv_cache_debug")),
         stale_kv_clear=bool(patterns & {"dflash_clear_stale", "dflash_clear_seq"}),
         speculative=bool(meta.get("speculative")),
+        fork=fork_of(patterns),
     )
+
+
+def fork_of(patterns: set[str]) -> str:
+    """The build family the log's own lines tell, "" where they do not
+    (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)."""
+    if "beellama_dflash_depth" in patterns:
+        return "beellama>=0.4"
+    if "pos_accept" in patterns:  # ik_llama.cpp's `statistics ... pos_accept=[...]`
+        return "ik_llama"
+    return ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -656,3 +679,53 @@ def rule_fallback(result: ParseResult, _c: CycleStats) -> Match | None:
     v = result.verdict
     return Match(plain_summary(v), tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:6]),
                  {"kind": v.kind}, key=v.kind)
+
+
+# ---- a drafter that cannot roll back, and the health findings -----------------------------------------------
+
+def rule_recurrent_drafter(result: ParseResult, _c: CycleStats) -> Match | None:
+    """b11434's slot memory aborted because a context could not remove part of a sequence (`failed to remove
+    sequence`), in a speculative run: its draft context is created with n_rs_seq = 0, so a recurrent or hybrid
+    drafter cannot roll back a rejected draft."""
+    if (found := _first_error(result, lambda e: e["variant"] == "seq_rm_failed")) is None:
+        return None
+    rows, row = found
+    if not result.meta.get("speculative"):
+        return None
+    ev = result.events
+    said = ev[(ev["pattern"] == "partial_seq_rm")] if len(ev) else ev
+    cannot = [(int(n), str(detail_of(d).get("support", ""))) for n, d in zip(said["line"], said["detail"], strict=True)]
+    no_partial = [line for line, support in cannot if support == "does not support"]
+    evidence = tuple(_block_lines(row))
+    if no_partial:
+        evidence = ((no_partial[-1], "the context does not support partial sequence removal"),) + evidence
+    p0 = opt_int(row.get("last_pos"))
+    detail = ("llama.cpp aborted removing part of a sequence"
+              + (f" (from position {p0})" if p0 is not None else "")
+              + " in a speculative run"
+              + (f"; line {no_partial[-1]} says a context does not support partial sequence removal"
+                 if no_partial else "") + ".")
+    return Match(detail, evidence, {"n": len(rows), "no_partial_removal_line": no_partial[-1] if no_partial else None},
+                 key="seq_rm_failed", identity=_identity(row))
+
+
+def _health_rule(name: str) -> Callable[[ParseResult, CycleStats], Match | None]:
+    def rule(result: ParseResult, _c: CycleStats) -> Match | None:
+        if len(result.errors):
+            return None  # a refusal or an abort is the run's story; its health findings are listed beside it
+        found = [f for f in health(result) if f.finding == name]
+        if not found:
+            return None
+        f = found[0]
+        where = f"slot {f.slot}" if f.slot is not None else "the run"
+        return Match(f"{where} from line {f.onset_line}: {f.evidence}.", (),
+                     {"findings": [g.to_dict() for g in found]}, key=name)
+
+    rule.__name__ = f"rule_{name}"
+    return rule
+
+
+rule_acceptance_collapse = _health_rule("acceptance_collapse")
+rule_slot_skew = _health_rule("slot_skew")
+rule_drafting_stopped = _health_rule("drafting_stopped")
+rule_drafter_stale = _health_rule("drafter_stale")

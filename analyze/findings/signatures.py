@@ -18,11 +18,14 @@ from kvtrace.analyze.findings.rules import (
     Match,
     env_of,
     rule_abort_outside_spec,
+    rule_acceptance_collapse,
     rule_decode_compute,
     rule_decode_invalid_batch,
     rule_device_lost,
     rule_draft_kv_full,
     rule_draft_load,
+    rule_drafter_stale,
+    rule_drafting_stopped,
     rule_encoder_decode,
     rule_fallback,
     rule_healthy,
@@ -36,7 +39,9 @@ from kvtrace.analyze.findings.rules import (
     rule_not_rolled_back,
     rule_out_of_memory,
     rule_parallel_slot,
+    rule_recurrent_drafter,
     rule_server_error,
+    rule_slot_skew,
     rule_spec_assert,
     rule_stale_drafter,
     rule_target_positions,
@@ -47,7 +52,7 @@ from kvtrace.analyze.findings.rules import (
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
 
-DEBUG_ENV = "LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 GGML_DFLASH_DEBUG=1"
+DEBUG_ENV = Env().debug_env  # llama.cpp and forks before beellama.cpp v0.4
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,8 +106,19 @@ def _no_debug(e: Env) -> bool:
     return e.debug_missing
 
 
-RERUN_DEBUG = Step(f"Rerun with `{DEBUG_ENV}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
-                   "batch and every stored KV position is in the log.", _no_debug)
+RERUN_DEBUG = Step("Rerun with `{debug_env}` and `-v` (or `kvtrace capture run -- llama-server ...`) so every "
+                   "batch and every stored KV position is in the log.", lambda e: _no_debug(e) and e.fork != "ik_llama")
+# what the build's own debug switches can show, added to any signature's steps
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
+BUILD_STEPS = (
+    Step("This is beellama.cpp v0.4 or later: `GGML_DFLASH_DEBUG` does nothing there (its DFlash is upstream's "
+         "draft-dflash), so the drafter's positions come only from `LLAMA_KV_CACHE_DEBUG=1` (find_slot lines); "
+         "`kvtrace capture run` sets it.", lambda e: e.fork == "beellama>=0.4"),
+    Step("This is ik_llama.cpp: it has no `LLAMA_BATCH_DEBUG`, no `LLAMA_KV_CACHE_DEBUG` and no X/Y position check, "
+         "so no capture of it shows the batches, the drafter's stored positions or a position refusal; its "
+         "responses' `timings` (`n_past`, `draft_by_depth`) are what it gives. Reproduce on llama.cpp to see "
+         "positions.", lambda e: e.fork == "ik_llama"),
+)
 SINGLE_GPU = Step("Try a single GPU (`--split-mode none`, or `CUDA_VISIBLE_DEVICES=0`): the log shows {n_gpus} "
                   "devices ({device_list}){drafter_on}, and a failure that goes away on one device points at the "
                   "split.", lambda e: e.n_gpus > 1)
@@ -112,6 +128,15 @@ PARALLEL_1 = Step("Rerun with `--parallel 1`: the log runs {parallel} slots; if 
                   "how slots map to sequences.", lambda e: (e.parallel or 0) > 1)
 REPORT_BUILD = Step("Quote the build (`{build}`) when reporting, and retest on the newest release first.",
                     lambda e: bool(e.build))
+
+# where the drafter's positions come from on this build: beellama.cpp v0.4+ dropped GGML_DFLASH_DEBUG (its DFlash is
+# upstream's), so LLAMA_KV_CACHE_DEBUG's find_slot lines are all there is
+# (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
+WATCH_POSITIONS = Step("Rerun with `LLAMA_KV_CACHE_DEBUG=1 LLAMA_BATCH_DEBUG=1` and `-v` (or `kvtrace capture run -- "
+                       "llama-server ...`): the drafter's stored positions (find_slot) show whether it still follows "
+                       "the target.", _no_debug)
+SAME_PROMPT = Step("Send the same prompt again with the same settings: a drafter that is broken stays low; one that "
+                   "only met harder text recovers.")
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -123,6 +148,20 @@ SIGNATURES: tuple[Signature, ...] = (
          Step("Or rerun under `kvtrace capture run -- llama-server ...`, which keeps the command, the build, the "
               "devices and every debug line in one log.")),
         failure=False,
+    ),
+    Signature(
+        "recurrent_drafter_rollback", "A recurrent or hybrid drafter cannot roll back", rule_recurrent_drafter,
+        "llama.cpp aborted removing part of a sequence (`failed to remove sequence ... p0 ... p1`) in a speculative "
+        "run. Known cause in b11434: the draft context is created with `n_rs_seq = 0` (only MTP, EAGLE3, DFlash and "
+        "DSpark drafters get rollback states), so a recurrent or hybrid drafter (Mamba, a small Qwen3.5 used as "
+        "draft-simple) cannot drop a rejected draft's tokens; the first partial rollback after a draft aborts the "
+        "server, and a caller that ignores the failure keeps stale drafter positions instead.",
+        (Step("Use a transformer (attention-only) drafter with `-md`, or a speculative type built for the model "
+              "(MTP, EAGLE3, DFlash), until the build creates the draft context with rollback states."),
+         Step("Or turn drafting off for this model (no `-md`), or use n-gram drafting (`--spec-type ngram-mod`), "
+              "which keeps no drafter state."),
+         Step("Check a newer build's draft-context creation (`n_rs_seq` for draft-simple) before retesting."),
+         REPORT_BUILD),
     ),
     Signature(
         "stale_drafter_kv", "Stale drafter KV cache", rule_stale_drafter,
@@ -372,13 +411,69 @@ SIGNATURES: tuple[Signature, ...] = (
          REPORT_BUILD),
     ),
     Signature(
+        "drafter_stale", "The drafter stopped following the target", rule_drafter_stale,
+        "Nothing was refused, but the drafter's stored position stayed put over several drafts while the target's "
+        "moved on: the drafter drafts from an old state (its cache is not advanced, trimmed or re-fed after "
+        "verification), so its drafts stop matching, and llama.cpp refuses a batch only once one lands at the "
+        "target's position.",
+        (Step("Compare the drafter's and the target's stored positions from the onset line on "
+              "(`kvtrace dashboard`, position chart): the drafter's flat stretch is where it stopped being fed."),
+         Step("Check that accepted tokens reach the drafter after every verification (DFlash/EAGLE3: the target's "
+              "layer inputs; draft-simple: the accepted tokens)."),
+         Step("A recurrent or hybrid drafter on b11434 cannot roll back (draft context `n_rs_seq = 0`): use a "
+              "transformer drafter to rule it out.", lambda e: e.spec_type in ("", "draft-simple")),
+         WATCH_POSITIONS, PARALLEL_1, SINGLE_GPU, REPORT_BUILD),
+        failure=False,
+    ),
+    Signature(
+        "acceptance_collapse", "Acceptance collapsed mid-run", rule_acceptance_collapse,
+        "The drafter was accepted at a steady level and then, from one step on, far less, and stayed there: the "
+        "run set its own level and left it, which a weak drafter does not do. Usual causes: the drafter lost the "
+        "target's state (a stale or re-fed cache, wrong feature rows for DFlash/EAGLE3), a request changed "
+        "sampling (a high temperature), or the text changed to something the drafter cannot predict.",
+        (SAME_PROMPT,
+         Step("Check the requests from the onset on: a high `temperature` or other sampling lowers acceptance "
+              "without any bug."),
+         WATCH_POSITIONS,
+         Step("With DFlash or EAGLE3, check that the target's layer inputs still reach the drafter after the "
+              "onset (a stale or zeroed feature row collapses acceptance without an error).",
+              lambda e: e.dflash or "eagle" in e.spec_type),
+         PARALLEL_1, SINGLE_GPU, REPORT_BUILD),
+        failure=False,
+    ),
+    Signature(
+        "slot_skew", "One slot accepts far less than the others", rule_slot_skew,
+        "Under the same speculative setup and the same prompts, one slot (sequence) accepts far less than the "
+        "others: that slot's drafter state is not kept like theirs (MTP or a draft context with `--parallel` > 1 "
+        "mapping slots to the wrong sequence, or one slot's cache never trimmed).",
+        (Step("Rerun with `--parallel 1`: if acceptance is normal there, the bug is in how slots map to the "
+              "drafter's sequences."),
+         Step("Rerun without `--kv-unified`: with one shared KV stream the slots see each other's positions.",
+              lambda e: e.kv_unified),
+         WATCH_POSITIONS, SINGLE_GPU, REPORT_BUILD),
+        failure=False,
+    ),
+    Signature(
+        "drafting_stopped", "Drafting stopped", rule_drafting_stopped,
+        "Early requests drafted, later ones drafted nothing while they still generated: the speculative step "
+        "stopped running (a drafter that works only once, a slot whose speculative state was not re-created "
+        "after a reset, or adaptive drafting that turned itself off).",
+        (Step("Send two identical requests in a row: if only the first drafts, the drafter's state is not reset "
+              "between requests."),
+         Step("Check the response `timings` (`draft_n`) and `/metrics` "
+              "(`llamacpp:spec_decode_num_drafts_total`) per request to see where it stopped."),
+         WATCH_POSITIONS, PARALLEL_1, REPORT_BUILD),
+        failure=False,
+    ),
+    Signature(
         "healthy_speculative", "Healthy speculative run", rule_healthy,
         "Speculative decoding ran without a failure. Acceptance says how often the target agreed with the "
         "drafter; the mean accepted length is tokens per verification (1 + accepted / verify steps).",
         (Step("No failure was read. If the output went bad without one (garbage, repeats), say after how many "
               "tokens, and capture that run: a drafter that stops matching shows in acceptance over time."),
          Step("To speed up, compare acceptance across `--draft-max` values."),
-         Step("If a failure happens elsewhere, capture that run with `" + DEBUG_ENV + "` and `-v`.")),
+         Step("If a failure happens elsewhere, capture that run with `{debug_env}` and `-v`.",
+              lambda e: e.fork != "ik_llama")),
         failure=False,
     ),
     Signature(
@@ -404,6 +499,6 @@ def match_signature(result: ParseResult) -> SignatureMatch:
         if sig.name == "unclassified" and result.verdict.kind in ("no_log", "other") and not len(result.errors):
             sig = Signature(sig.name, "No failure found", sig.rule,
                             "The log has no failure and no draft statistics.", sig.next_steps, failure=False)
-        steps = [s for s in (step.render(env) for step in sig.next_steps) if s]
+        steps = [s for s in (step.render(env) for step in (*sig.next_steps, *BUILD_STEPS)) if s]
         return SignatureMatch(sig, m, env, list(dict.fromkeys(steps)), cycles)
     raise AssertionError("the fallback signature always matches")

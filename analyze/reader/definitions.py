@@ -8,7 +8,7 @@ import pandas as pd
 # that fell between two find_slot lines (kv_drop), the target rolled back to a context checkpoint
 # (checkpoint_restore). The verdict counts these, the charts and the trace mark these: one set, so a
 # dashboard's reset count is the number of reset markers it draws.
-# A stale drafter trimmed by llama.cpp itself (stale_trim, the draft mirror and MTP) is one too.
+# A stale drafter trimmed by the build itself (stale_trim: a turboquant-derived fork's draft mirror and MTP) is one too.
 RESET_KINDS = ("reset", "kv_drop", "checkpoint_restore", "stale_trim")
 
 # The command-line flags of b11434's synthetic acceptance: the server, not the drafter, decides what is accepted.

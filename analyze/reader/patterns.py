@@ -332,19 +332,27 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",
        extra={"stage": "1"},
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
-    # ---- newer builds and b11434 (docs/llama-cpp-lines.md#newer-builds-and-forks): failures of their own wording
+    # ---- b11434 and a turboquant-derived fork (docs/llama-cpp-lines.md#newer-builds-and-forks): failures of
+    # their own wording
     _p("draft_trim_failed", "failure", "failed to trim draft memory",
        r"failed to trim draft memory for sequence (?P<seq>\d+)", kind="error", component="drafter",
-       builds="upstream MTP (newer than b11434)", extra={"stage": "0"},
+       builds="a turboquant-derived fork: deferred-flush MTP (not llama.cpp b11434 or master)", extra={"stage": "0"},
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.000.000 E spec flush_deferr: failed to trim draft memory for sequence 0",)),
+    # b11434's slot memory aborts when a context cannot remove part of a sequence (common/common.cpp): a recurrent or
+    # hybrid model's memory, such as a draft context created with n_rs_seq = 0 (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
+    _p("seq_rm_failed", "failure", "failed to remove sequence",
+       rf"failed to remove sequence (?P<seq>\d+) with p0=(?P<p0>{INT}), p1=(?P<p1>{INT})", kind="assert",
+       builds="llama.cpp b11434 (common_memory::seq_rm)", extra={"stage": "0"},
+       # examples: a real llama-server b11434 run with a Mamba drafter (tools/scenarios.py), its build path shortened
+       examples=("llama.cpp/common/common.cpp:1597: failed to remove sequence 0 with p0=27, p1=-1",)),
     _p("chain_process_failed", "failure", "llama_process(chain) returned",
        rf"llama_process\(chain\) returned (?P<ret>{INT})", kind="decode_failed", component="drafter",
-       builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)", extra={"stage": "3"},
+       builds="a turboquant-derived fork: chained MTP, LLAMA_SPEC_CHAIN", extra={"stage": "3"},
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.02.000.000 E llama_process(chain) returned -1",)),
     _p("adaptive_range_abort", "failure", "invalid adaptive draft range",
-       r"invalid adaptive draft range(?:: (?P<cond>.*))?", kind="assert", builds="upstream draft-mtp-adaptive (newer)",
+       r"invalid adaptive draft range(?:: (?P<cond>.*))?", kind="assert", builds="a turboquant-derived fork: draft-mtp-adaptive",
        extra={"stage": "0"},
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (the detail after the colon made up)
        examples=("common/speculative.cpp:1500: invalid adaptive draft range: n_min = 4 > n_max = 2",)),
@@ -520,65 +528,66 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("0.41.002.117 W dflash: discarding cross-ring state: prefill flush mismatch",)),
     # the draft mirror and MTP find the drafter's memory stale (it ends at or past the target's next row) and
-    # trim it themselves (docs/llama-cpp-lines.md#stale-draft-trims): the seed's bug detected and repaired by llama.cpp (the verdict's stale_trims)
+    # trim it themselves (docs/llama-cpp-lines.md#stale-draft-trims): the seed's bug detected and repaired by a
+    # turboquant-derived fork (the verdict's stale_trims)
     _p("draft_mirror_trim", "event", "stale draft memory",
        rf"seq (?P<seq>\d+): stale draft memory \(ends at (?P<last_pos>{INT}), target rows start at "
        rf"(?P<batch_start>{INT})\), trimming", kind="stale_trim", component="drafter",
-       builds="upstream draft mirror, continues_draft (newer than b11434)",
+       builds="a turboquant-derived fork: the draft mirror, continues_draft (not llama.cpp b11434 or master)",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec continues_dr: seq 0: stale draft memory (ends at 259, target rows start at 200), trimming",)),
     _p("mtp_stale_trim", "event", "stale draft KV for seq",
        rf"stale draft KV for seq (?P<seq>\d+) (?P<where>[^:]*?): pos_max (?P<last_pos>{INT}) >= (?:\w+ )?start "
        rf"(?P<batch_start>{INT}), trimming", kind="stale_trim", component="drafter",
-       builds="upstream MTP (newer than b11434)",
+       builds="a turboquant-derived fork: deferred-flush MTP (not llama.cpp b11434 or master)",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims (the second's wording less certain)
        examples=("0.02.113.410 W spec flush_deferr: stale draft KV for seq 0 at deferred flush: pos_max 41 >= flush start 38, trimming",
                  "0.02.113.410 W spec      process: stale draft KV for seq 1 at process: pos_max 97 >= batch start 95, trimming")),
     # the mirror gives a sequence up instead (no drafts for it until its draft memory catches up)
     _p("draft_not_trimmable", "event", "the draft memory cannot be trimmed",
        r"seq (?P<seq>\d+): the draft memory cannot be trimmed, the sequence is not mirrored", kind="not_mirrored",
-       component="drafter", builds="upstream draft mirror (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: the draft mirror",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec continues_dr: seq 0: the draft memory cannot be trimmed, the sequence is not mirrored",)),
     _p("draft_outside_vocab", "event", "outside the draft vocab",
        r"seq (?P<seq>\d+): the draft cannot take token (?P<token>\d+) \(outside the draft vocab\)", kind="not_mirrored",
-       component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: the draft mirror, report_rejected",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec report_rejec: seq 0: the draft cannot take token 151900 (outside the draft vocab), the sequence is not mirrored while its draft memory lags the target",)),
     _p("draft_rejected_again", "event", "rejected by the draft again",
        r"seq (?P<seq>\d+): token (?P<token>\d+) rejected by the draft again", kind="not_mirrored",
-       component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: the draft mirror, report_rejected",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 D spec report_rejec: seq 0: token 151900 rejected by the draft again",)),
     _p("draft_not_mirrored", "event", "not mirrored",
        rf"seq (?P<seq>\d+): draft memory ends at (?P<last_pos>{INT}), target rows start at (?P<batch_start>{INT}), "
-       r"not mirrored", kind="not_mirrored", component="drafter", builds="upstream draft mirror (newer than b11434)",
+       r"not mirrored", kind="not_mirrored", component="drafter", builds="a turboquant-derived fork: the draft mirror",
        # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 D spec continues_dr: seq 0: draft memory ends at 150, target rows start at 200, not mirrored",)),
     # DFlash (docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp): the draft batch is too small for every sequence's block, or refused one of its rows
     _p("draft_batch_clamp", "event", "do not fit the draft batch",
        r"(?P<n_seqs>\d+) sequences of n_max=(?P<n_max>\d+) do not fit the draft batch (?P<n_batch>\d+) -- clamping "
-       r"n_max to (?P<n_to>\d+)", kind="draft_clamp", component="drafter", builds="upstream DFlash (newer than b11434)",
+       r"n_max to (?P<n_to>\d+)", kind="draft_clamp", component="drafter", builds="a turboquant-derived fork: DFlash",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (its function name unknown)
        examples=("0.01.000.000 W 4 sequences of n_max=16 do not fit the draft batch 32 -- clamping n_max to 7",)),
     _p("draft_features_sanitized", "event", "non-finite/f",
        r"sanitized (?P<n>\d+) non-finite/f\d+-overflow target feature values", kind="draft_warning",
-       component="drafter", builds="upstream DFlash (newer than b11434), once per process",
+       component="drafter", builds="a turboquant-derived fork: DFlash, once per process",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (its end unknown)
        examples=("0.01.000.000 W sanitized 12 non-finite/f16-overflow target feature values",)),
     _p("injection_row_rejected", "event", "injection batch rejected feature row",
        r"injection batch rejected feature row (?P<row>\d+) of (?P<n_rows>\d+)", kind="draft_rejected",
-       component="drafter", builds="upstream DFlash (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: DFlash",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.01.000.000 E injection batch rejected feature row 3 of 16",)),
     _p("noise_row_rejected", "event", "rejected a noise-block row",
        r"seq (?P<seq>\d+): the draft batch rejected a noise-block row, no draft this round", kind="draft_rejected",
-       component="drafter", builds="upstream DFlash (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: DFlash",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.01.000.000 E seq 1: the draft batch rejected a noise-block row, no draft this round",)),
     _p("chain_unsupported", "event", "chained MTP is not supported",
        r"chained MTP is not supported for this model; using sequential MTP", kind="draft_warning",
-       component="drafter", builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)",
+       component="drafter", builds="a turboquant-derived fork: chained MTP, LLAMA_SPEC_CHAIN",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.00.300.000 W chained MTP is not supported for this model; using sequential MTP",)),
     # synthetic acceptance (b11434, docs/llama-cpp-lines.md#synthetic-acceptance): the server makes up which drafts are accepted, for benchmarking
@@ -689,6 +698,12 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.19.967.115 I slot apply_adapti: id  0 | task 0 | adaptive draft-max profit: 0 -> 15 (score=22.65)",
                  "0.17.959.806 I slot print_timing: id  0 | task 8 | adaptive dm: fringe=0.00 n_max=15",
                  "adaptive dm: fringe=0.41 (win=32, rch 20, acc 13) n_max=8->6")),
+    # beellama.cpp v0.4+ (its DFlash is upstream's draft-dflash, GGML_DFLASH_DEBUG gone): what tells the build apart
+    _p("beellama_dflash_depth", "event", "defaults to the drafter block depth",
+       r"DFlash: omitted --spec-draft-n-max defaults to the drafter block depth \((?P<n_to>\d+)\)",
+       kind="build_marker", builds="beellama.cpp >= v0.4",
+       # examples: built to docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches
+       examples=("0.00.412.118 W DFlash: omitted --spec-draft-n-max defaults to the drafter block depth (15)",)),
     _p("cli_drafted", "event", "n_drafted", r"^\s*n_drafted\s*=\s*(?P<generated>\d+)\s*$", kind="draft_stats",
        builds="examples/speculative 2023",
        examples=("n_drafted = 132",)),
@@ -759,14 +774,23 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("dflash acceptance histogram: cycles=412 requested=6180 produced=6180 accepted=1020 bins[0,1,2,3,4+]=[111,150,90,40,21]",)),
     _p("adaptive_depth", "event", "adaptive n",
        r"adaptive n\s*:\s*(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)\s*\(seq (?P<seq>\d+), n_draft=(?P<generated>\d+), "
-       r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="upstream draft-mtp-adaptive",
+       r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="a turboquant-derived fork: draft-mtp-adaptive (the type of upstream PR #27210, open)",
        examples=("0.48.122.337 I spec       accept: adaptive n : 1 -> 2 (seq 0, n_draft=1, n_accepted=1)",)),
     _p("adaptive_depth_seq", "event", "adaptive draft depth seq",
        r"adaptive draft depth seq (?P<seq>\d+): (?P<n_from>\d+) -> (?P<n_to>\d+) \(n_draft=(?P<generated>\d+), "
-       r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="upstream draft-mtp-adaptive (newer than b11434)",
+       r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="a turboquant-derived fork: draft-mtp-adaptive",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.48.122.337 D spec       accept: adaptive draft depth seq 0: 3 -> 4 (n_draft=3, n_accepted=3)",)),
     # ---- warnings that name a sequence (the failure after them may not) and multimodal chunks
+    # whether a context can remove part of a sequence (b11434, once per context): a recurrent or hybrid drafter
+    # cannot, so every partial rollback after a draft fails (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
+    _p("partial_seq_rm", "event", "partial sequence removal",
+       r"context (?P<support>does not support|supports bounded) partial sequence removal", kind="seq_rm_support",
+       builds="llama.cpp b11434 (common_context)",
+       # examples: the first from a real llama-server b11434 run with a Mamba drafter; the second built to
+       # the same heading
+       examples=("0.00.049.603 I cmn  common_conte: the context does not support partial sequence removal",
+                 "0.00.049.603 I cmn  common_conte: the context supports bounded partial sequence removal")),
     _p("kv_nonconsecutive", "event", "non-consecutive token position",
        r"non-consecutive token position (?P<pos>\d+) after (?P<prev>\d+) for sequence (?P<seq>\d+)",
        kind="kv_warning",
@@ -914,7 +938,7 @@ PATTERNS: tuple[Pattern, ...] = (
                  "1.16.873.687 I common_speculative_init: adding implementation dflash")),
     _p("adaptive_depth_enabled", "meta", "adaptive draft depth enabled",
        r"adaptive draft depth enabled \((?P<impl>[\w-]+)\)", kind="spec_impl",
-       builds="upstream draft-mtp-adaptive (newer than b11434)",
+       builds="a turboquant-derived fork: draft-mtp-adaptive",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.00.300.000 I spec common_specu: adaptive draft depth enabled (draft-mtp-adaptive)",)),
     # every draft names its implementation too (`called impl draft-simple, hist size = ...`): a log cut after start-up

@@ -52,7 +52,7 @@ class AcceptanceSummary(TypedDict, total=False):
 
 
 class StaleTrim(TypedDict):
-    """A line where llama.cpp found the drafter's memory stale and trimmed it."""
+    """A line where the build (a turboquant-derived fork) found the drafter's memory stale and trimmed it."""
 
     line: int | None
     seq_id: int | None
@@ -98,8 +98,9 @@ class Verdict:
     # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
     thread: ThreadInfo | None = None
-    # the drafter's memory found stale and trimmed by llama.cpp itself (the draft mirror, MTP): each with its
-    # line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the target's rows start)
+    # the drafter's memory found stale and trimmed by the build itself (a turboquant-derived fork's draft mirror,
+    # MTP): each with its line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the
+    # target's rows start)
     stale_trims: list[StaleTrim] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,8 +108,8 @@ class Verdict:
 
 
 def stale_trims(events: pd.DataFrame) -> list[StaleTrim]:
-    """The lines where llama.cpp found the drafter's memory stale and trimmed it
-    (docs/llama-cpp-lines.md#stale-draft-trims)."""
+    """The lines where the build found the drafter's memory stale and trimmed it (a turboquant-derived fork's:
+    docs/llama-cpp-lines.md#stale-draft-trims)."""
     out = []
     rows = events[events.kind == "stale_trim"]
     for line, seq, text in zip(rows["line"], rows["seq_id"], rows["detail"], strict=True):
@@ -119,15 +120,17 @@ def stale_trims(events: pd.DataFrame) -> list[StaleTrim]:
 
 
 def trims_text(trims: list[StaleTrim]) -> str:
-    """One sentence: the drafter's memory was stale and llama.cpp trimmed it, at which X/Y."""
+    """One sentence: the drafter's memory was stale and the build trimmed it, at which X/Y. Only a
+    turboquant-derived fork prints these lines (docs/llama-cpp-lines.md#stale-draft-trims), never llama.cpp
+    b11434 or master."""
     if not trims:
         return ""
     first, n = trims[0], len(trims)
     times = "once, at" if n == 1 else f"{n} times, first at"
-    return (f"The drafter's memory was stale and llama.cpp trimmed it {times} X = {first['last_pos']} / "
+    return (f"The drafter's memory was stale and the build trimmed it {times} X = {first['last_pos']} / "
             f"Y = {first['batch_start']} (sequence {first['seq_id']}, line {first['line']}: the draft memory ended "
-            "at X while the target's rows started at Y): the stale-drafter bug, detected and repaired by llama.cpp "
-            "itself.")
+            "at X while the target's rows started at Y): the stale-drafter bug, detected and repaired by a "
+            "turboquant-derived fork's draft mirror (llama.cpp b11434 and master print no such line).")
 
 
 def synthetic(events: pd.DataFrame, meta: Meta) -> bool:
@@ -339,7 +342,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: in
         return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary, evidence,
                        component_evidence=comp_line, proof=proof, **base)
     if acc or (events.kind == "draft_stats").any() or trims:
-        # trims with no failure: llama.cpp repaired the drafter, so the run is healthy, and says it was repaired
+        # trims with no failure: the fork repaired the drafter, so the run is healthy, and says it was repaired
         rate = acc.get("rate")
         counts = f"{acc.get('accepted', 0)} of {acc.get('generated', 0)} drafted tokens"
         pct = f" ({rate:.1%})" if rate is not None else ""

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.findings.positions import (
     XAxis,
     apart,
@@ -283,6 +284,31 @@ def _request_bands(fig: go.Figure, result: ParseResult, seq_id: int | None, axis
     ))  # fmt: skip
 
 
+ONSET_COLOUR = "#9467bd"
+
+
+def onset_trace(fig: go.Figure, x: float, lo: float, hi: float, name: str, hover: str) -> None:
+    """A health finding's onset: a dashed vertical line across the chart, named in the legend."""
+    fig.add_trace(go.Scatter(
+        x=[x, x], y=[lo, hi], mode="lines", line={"color": ONSET_COLOUR, "dash": "dash", "width": 2},
+        name=name, hovertemplate=html.escape(hover) + "<extra></extra>",
+    ))  # fmt: skip
+
+
+def _onset_traces(fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis,
+                  x_range: tuple[float, float] | None, lo: float, hi: float) -> None:
+    """Each health finding of this sequence (all of them where the chart shows every sequence) at its onset."""
+    for f in health(result):
+        if seq_id is not None and f.seq_id is not None and f.seq_id != seq_id:
+            continue
+        x = float(axis.of(np.array([f.onset_line]), None if f.onset_t is None else np.array([f.onset_t]))[0])
+        if not np.isfinite(x) or (x_range is not None and not x_range[0] <= x <= x_range[1]):
+            continue
+        where = f", slot {f.slot}" if f.slot is not None else ""
+        onset_trace(fig, x, lo, hi, f"onset: {f.finding}{where} (line {f.onset_line})",
+                    f"{f.finding} from line {f.onset_line} ({f.confidence} confidence)")
+
+
 def position_figure(
     result: ParseResult,
     *,
@@ -317,6 +343,7 @@ def position_figure(
         ))  # fmt: skip
     _request_bands(fig, result, seq_id, axis, x_range, lo, hi)
     _reset_trace(fig, _resets(result, seq_id, axis, x_range), lo, hi)
+    _onset_traces(fig, result, seq_id, axis, x_range, lo, hi)
     fig.update_layout(
         title=html.escape(title) if title else None,
         xaxis_title=axis.title, yaxis_title="KV position", height=520, hovermode="closest",

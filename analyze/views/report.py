@@ -21,9 +21,10 @@ import pandas as pd
 
 from kvtrace.analyze.findings.counters import ServerCounters, server_counters
 from kvtrace.analyze.findings.cycles import depth_series, depth_text
+from kvtrace.analyze.findings.health import health, health_headline, restated
 from kvtrace.analyze.findings.overview import Overview, overview
 from kvtrace.analyze.findings.positions import XAxis, stored_positions
-from kvtrace.analyze.findings.rules import Env, plain_summary
+from kvtrace.analyze.findings.rules import Env, env_of, plain_summary
 from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
@@ -106,11 +107,14 @@ def advice(kind: str, component: str = "unknown") -> str:
 
 def headline(result: ParseResult) -> str:
     """The verdict in a few words (the report's and the dashboard's): a run with nothing failed reads as healthy,
-    not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way."""
+    not by the verdict's kind, and says so when the build trimmed a stale drafter's memory on the way; unless a
+    health finding fired, which then heads it (the verdict's kind stays what the log's failures make it)."""
     v = result.verdict
     told = headline_of(v.proof)
     if told is not None:  # a sentence of the report, not a log, stands behind it: said before anything else
         return told
+    if not len(result.errors) and (found := health(result)):
+        return health_headline(found)
     if not len(result.errors) and v.kind == "draft_stats_only":
         n = len(v.stale_trims)
         return f"Healthy, drafter memory trimmed {n} time{'s' if n != 1 else ''}" if n else "Healthy"
@@ -269,7 +273,7 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
 # What newer builds print when they repair or skip the drafter, counted in the report
 # (docs/llama-cpp-lines.md#stale-draft-trims and #dflash-clamps-adaptive-depth-and-chained-mtp).
 _DRAFTER_REPAIRS = (
-    ("stale_trim", "drafter memory found stale and trimmed by llama.cpp"),
+    ("stale_trim", "drafter memory found stale and trimmed by the build (a turboquant-derived fork)"),
     ("not_mirrored", "times the draft mirror gave a sequence up (not mirrored)"),
     ("draft_clamp", "draft size clamped to fit the draft batch"),
     ("draft_rejected", "drafter rows rejected (no draft that round)"),
@@ -318,6 +322,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     out.append(Prose(f"**Signature:** `{sig.name}` ({escape(sig.signature.title)}): {escape(sig.match.detail)}"))
     if result.truncated:
         out.append(Prose(f"**Read in part:** {READ_IN_PART}"))
+    out += health_blocks(result)
     if verdict.last_pos is not None and verdict.batch_start is not None:
         out.append(Prose(
             f"**First position error:** the KV cache held up to X = {_num(verdict.last_pos)}, the batch "
@@ -361,7 +366,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     out.append(Table(None, rows))
     if counters is not None and counters.agree is False:
         out.append(Prose(disagreement_text(counters)))
-    summary = plain_summary(verdict)  # never a quote from the log outside a fence
+    summary = restated(plain_summary(verdict), health(result))  # never a quote from the log outside a fence
     if summary:
         out.append(Prose(escape(summary)))
     explanation, steps = what_to_do(result, sig)
@@ -386,6 +391,30 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         out += [Prose("**Next steps:**"), Bullets(steps)]
     out.append(Prose("<sub>made with kvtrace</sub>"))
     return out
+
+
+HEALTH_SHOWN = 10  # findings listed in a report or comment (a run rarely has more than one per slot)
+HEALTH_HEADER = ["finding", "slot", "onset line", "onset (s)", "confidence", "evidence"]
+
+
+def health_rows(result: ParseResult) -> list[list[str]]:
+    """The health findings (analyze/findings/health.py) as table rows of the tool's own words, escaped."""
+    rows = []
+    for f in health(result)[:HEALTH_SHOWN]:
+        rows.append([f"`{f.finding}`", _num(f.slot), str(f.onset_line),
+                     "n/a" if f.onset_t is None else f"{f.onset_t:.3f}", f.confidence,
+                     escape(f.evidence[:600])])
+    return rows
+
+
+def health_blocks(result: ParseResult) -> list[Block]:
+    rows = health_rows(result)
+    if not rows:
+        return []
+    n = len(health(result))
+    more = f" ({n - HEALTH_SHOWN} more not shown)" if n > HEALTH_SHOWN else ""
+    return [Prose(f"**Health findings**{more}: the drafter stopped helping while llama.cpp refused nothing (or "
+                  "long before it did); the onset is the line where it started."), Table(HEALTH_HEADER, rows)]
 
 
 def counters_text(c: ServerCounters) -> str:
@@ -567,21 +596,11 @@ def measured_text(result: ParseResult, sig: SignatureMatch) -> str:
     return "**Measured:** " + escape("; ".join(parts) + ".")
 
 
-def health_items(result: ParseResult) -> list[str]:
-    """The health findings to list under a log with no failure: desyncs that do not crash (a drafter's
-    acceptance that collapses, a slot far behind the others, drafting that stops, a drafter stuck at one
-    position). THE HOOK for issue 37's findings/health.py (`health` in `triage --json`): once it lands, this
-    returns one line per finding, `f"{f.finding} (sequence {f.seq_id}, from line {f.onset_line}): {f.evidence}"`
-    for f in health(result). Until then no finding is read, and the comment says so."""
-    del result
-    return []
-
-
-def health_blocks(result: ParseResult) -> list[str]:
-    """The comment's health section for a log with no failure: the findings that fired, or what was not read."""
-    items = health_items(result)
-    if items:
-        return ["**Health findings** (no crash, but the run went wrong):", "\n".join(f"- {gh_text(i)}" for i in items)]
+def not_proof_note(result: ParseResult) -> list[str]:
+    """What a log with no failure and no health finding does not prove (a finding that fired is listed with
+    the verdict instead, by health_blocks)."""
+    if health(result):
+        return []
     return ["A log with no failure is not proof that nothing is wrong: if the output went bad (garbage, repeats) "
             "with no failure line, say after how many tokens, and attach a capture of that run."]
 
@@ -600,7 +619,8 @@ def rerun_line(result: ParseResult) -> str:
     model = result.thread.llama_swap_model() if result.thread is not None else None
     if model is not None:
         return f"kvtrace capture llama-swap config.yaml {shlex.quote(model)} --ping 3 --until-error"
-    words = ["kvtrace", "capture", "run", "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
+    inert = ["--dflash-debug", "off"] if env_of(result).fork == "beellama>=0.4" else []  # gone in beellama v0.4
+    words = ["kvtrace", "capture", "run", *inert, "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
     for flag, value in command_flags(result.meta).items():
         words += [flag] if value is True else [flag, str(value)]
     return " ".join(shlex.quote(w) for w in words)
@@ -654,7 +674,7 @@ def debug_switches(result: ParseResult, env: Env) -> list[tuple[str, bool, str]]
     variable, present, what it prints). `GGML_DFLASH_DEBUG` only for beellama v0.2-v0.3's DFlash."""
     out = [("LLAMA_BATCH_DEBUG", env.batch_debug, _DEBUG_LINES["LLAMA_BATCH_DEBUG"]),
            ("LLAMA_KV_CACHE_DEBUG", env.kv_cache_debug, _DEBUG_LINES["LLAMA_KV_CACHE_DEBUG"])]
-    if fork_dflash(result):
+    if fork_dflash(result) and env.fork != "beellama>=0.4":  # v0.4 dropped the switch with its own DFlash
         ev = result.events
         have = bool(len(ev) and (ev["kind"] == "dflash").any())
         out.append(("GGML_DFLASH_DEBUG", have, _DEBUG_LINES["GGML_DFLASH_DEBUG"]))
@@ -675,7 +695,12 @@ def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, 
                   "`common_speculative_init`)"),
     ]
     if kind in _FAILURE_KINDS or kind == "no_log":
-        items += [(have, f"`{var}=1` ({what})") for var, have, what in debug_switches(result, env)]
+        # ik_llama.cpp has none of these switches (docs/llama-cpp-lines.md#versions-forks-and-their-debug-switches)
+        if env.fork == "ik_llama":
+            items.append((False, "the debug lines: ik_llama.cpp has no `LLAMA_BATCH_DEBUG`, `LLAMA_KV_CACHE_DEBUG` "
+                                 "or position check; the same run on llama.cpp shows them"))
+        else:
+            items += [(have, f"`{var}=1` ({what})") for var, have, what in debug_switches(result, env)]
     items.append((bool(meta.get("gpus")), "the device list (`ggml_cuda_init: found ... devices` or "
                                           "`--list-devices`)"))
     return items
@@ -725,15 +750,19 @@ def github_comment(result: ParseResult) -> str:
         if v.last_pos is not None:
             xy += f" (Y must be {_num(int(v.last_pos) + 1)})"
         lines.append(xy + f", {v.n_position_errors} position error{'s' if v.n_position_errors != 1 else ''}")
+    if side == "none" and health(result):
+        lines.insert(0, f"**{escape(headline(result))}**")
     out.append("\\\n".join(lines))  # a backslash at a line's end: a line break (CommonMark)
-    summary = plain_summary(v)
+    for block in health_blocks(result):
+        out.append(block.text if isinstance(block, Prose) else _md_table(block) if isinstance(block, Table) else "")
+    summary = restated(plain_summary(v), health(result))
     if summary:
         out.append(gh_text(summary))
     if result.truncated:
         out.append(f"**Read in part:** {READ_IN_PART}")
     out += _evidence_blocks(result, sig)
     if not len(result.errors) and v.proof != "prose":  # what a log with no failure rests on, and its health
-        out += [measured_text(result, sig), *health_blocks(result)]
+        out += [measured_text(result, sig), *not_proof_note(result)]
     explanation, steps = what_to_do(result, sig)
     out.append(explanation.replace("@", "@&#8203;"))
     if steps:

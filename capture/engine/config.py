@@ -11,7 +11,10 @@ from pathlib import Path
 from kvtrace.capture.engine.lines import FLAVORS
 from kvtrace.capture.rpc import is_loopback
 
-FAULTS = ("none", "stale-drafter", "no-rollback")
+FAULTS = ("none", "stale-drafter", "no-rollback", "silent-stale", "stops-drafting", "drafter-lags")
+# faults llama.cpp never refuses at their onset (the health findings' ground truth): they start at a chosen
+# request and cycle (`fault_at`) and run on draft-simple and draft-dflash
+SILENT_FAULTS = ("silent-stale", "stops-drafting", "drafter-lags")
 DRAFTING = ("block", "chain")
 # llama.cpp's own --spec-type names. draft-dflash and draft-eagle3: real `dflash` / `eagle3` drafters fed the
 # target's layer inputs; draft-simple: a plain llama drafter (`drafting` picks its batch shape).
@@ -80,6 +83,17 @@ class EngineConfig:
     draft_device: str = ""  # the drafter's device (RPC1; "none": the CPU); default: the target's devices
     progress: bool = False
     pace_s: float = 0.0  # sleep after each cycle, log flushed first: a capture slow enough to watch live
+    # where a silent fault starts: (request, cycle); cycle None = a third of the way into the request
+    # (stops-drafting starts at the request itself)
+    fault_at: tuple[int, int | None] = (1, None)
+    lag_cycles: int = 8  # drafter-lags: cycles the drafter's cache stays put before a draft goes in at the target's
+
+    def fault_start(self) -> tuple[int, int]:
+        """The (request, cycle) a silent fault starts at."""
+        request, cycle = self.fault_at
+        if self.fault == "stops-drafting":
+            return request, 0
+        return request, self.cycles // 3 if cycle is None else cycle
 
     def validate(self) -> None:
         if self.fault not in FAULTS:
@@ -96,6 +110,8 @@ class EngineConfig:
             raise EngineError("--requests and --cycles must be at least 1")
         if self.fault == "stale-drafter" and self.requests < 2:
             raise EngineError("stale-drafter needs at least 2 requests: the drafter goes stale at a reset")
+        if self.fault in SILENT_FAULTS:
+            self._validate_silent()
         if not 1 <= self.draft <= min(64, self.n_batch - 1):
             raise EngineError(f"--draft must be between 1 and {min(64, self.n_batch - 1)}")
         if not 1 <= self.prompt_words[0] <= self.prompt_words[1]:
@@ -118,6 +134,19 @@ class EngineConfig:
         if self.draft_device and not (self.devices or self.rpc):
             raise EngineError("--draft-device names one of the run's devices: give --devices N or --rpc too")
 
+    def _validate_silent(self) -> None:
+        if self.spec_type not in ("draft-simple", "draft-dflash"):
+            raise EngineError(f"--fault {self.fault} runs on draft-simple and draft-dflash, not {self.spec_type}")
+        request, cycle = self.fault_start()
+        if not 0 <= request < self.requests or not 0 <= cycle < self.cycles:
+            raise EngineError(f"--fault-at {request}:{cycle} is outside the run ({self.requests} requests of "
+                              f"{self.cycles} cycles, both counted from 0)")
+        if self.fault == "stops-drafting" and (request < 1 or self.requests - request < 2):
+            raise EngineError("stops-drafting needs drafts first and two requests without: --fault-at 1 or later, "
+                              "and at least two requests from there")
+        if self.fault == "drafter-lags" and not 1 <= self.lag_cycles < self.cycles:
+            raise EngineError("--lag-cycles must be at least 1 and below --cycles")
+
     def command_line(self) -> str:
         """The `kvtrace capture engine` command of this run, device flags in llama-server's spelling (`-ngl`,
         `-sm`, `-ts`, `-mg`, `-devd`): what the reader takes the layout flags from, as for a wrapped server."""
@@ -130,6 +159,11 @@ class EngineConfig:
             args += ["--drafting", self.drafting]
         if self.flavor != "fork":
             args += ["--flavor", self.flavor]
+        if self.fault in SILENT_FAULTS:
+            request, cycle = self.fault_start()
+            args += ["--fault-at", f"{request}:{cycle}"]
+            if self.fault == "drafter-lags":
+                args += ["--lag-cycles", str(self.lag_cycles)]
         args += [] if self.kv_debug else ["--no-kv-debug"]
         args += [] if self.log_prefix else ["--no-log-prefix"]
         args += ["--threads", str(self.n_threads)]

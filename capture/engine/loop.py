@@ -15,6 +15,16 @@ drafter batch with its real error:
 - `no-rollback`: rejected draft positions stay in the drafter's cache, so the next draft has X >= Y;
 - `none`: correct, for healthy traces.
 
+Silent faults start at a chosen request and cycle and are never refused at their onset (the health findings'
+ground truth, `fault` in ground_truth.parquet from the first decode they touch):
+- `silent-stale`: the drafter is given a stale token instead of the target's (draft-simple: the token it drafts
+  from and the accepted tokens it stores; DFlash: zero feature rows instead of the target's layer inputs) at the
+  right positions, to the end of the run: no error, and a drafter that reads them stops matching the target;
+- `stops-drafting`: from one request on the speculative step is skipped: no drafts, one token per step;
+- `drafter-lags`: the drafter's cache stops advancing (no commits or injections; it drafts at its own end, so its
+  positions stay consecutive) for `lag_cycles` cycles, then a draft goes in at the target's position and llama.cpp
+  refuses it, as stale-drafter's do from then on.
+
 The truth about every `llama_decode` call comes from the API, not the log, and goes to
 `ground_truth.parquet` beside raw.log.
 """
@@ -32,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvtrace.capture.engine.config import EngineConfig, EngineError, check_stop
+from kvtrace.capture.engine.config import SILENT_FAULTS, EngineConfig, EngineError, check_stop
 from kvtrace.capture.engine.lines import RequestTimings, ServerLines, SpecStats, spc_prefix
 from kvtrace.capture.engine.llama import SEQ, Context, layer_input_api
 from kvtrace.capture.engine.llama_log import LogWriter
@@ -112,6 +122,9 @@ class Engine:
         self.banned = self._banned_tokens()
         self.mask = MASK_ID if models.generated else self._real_mask_token()
         self.drafter_in_sync = True  # false once the stale-drafter fault has left the drafter behind
+        self.fault_on = False  # a silent fault (SILENT_FAULTS) is in force
+        self.stale_token = -1  # silent-stale: what the drafter is given instead of the target's tokens
+        self.lagged = 0  # drafter-lags: cycles the drafter's cache has stayed put so far
         self.layer_ids: list[int] = []
         self.get_layer_inp: Any = None
         # EAGLE3's deferred boundary: the last target row's position and its g (encoder output), and the
@@ -238,7 +251,8 @@ class Engine:
         d_min, d_max = self.drafter.kv_range()
         self.decodes.append(
             DecodeRecord(
-                len(self.decodes), line, ctx.name, SEQ, n, pos0, pos0 + n - 1, ret, t_min, t_max, d_min, d_max, step
+                len(self.decodes), line, ctx.name, SEQ, n, pos0, pos0 + n - 1, ret, t_min, t_max, d_min, d_max, step,
+                self.cfg.fault if self.fault_on else "",
             )
         )
         self.w.flush()  # a crash later still leaves everything up to this decode on disk
@@ -257,7 +271,10 @@ class Engine:
         return ret
 
     def _features(self, n: int) -> np.ndarray:
-        """The target's layer inputs for the n tokens of its last batch, one row of len(layer_ids) x n_embd each."""
+        """The target's layer inputs for the n tokens of its last batch, one row of len(layer_ids) x n_embd each
+        (silent-stale: zero rows, the target's missed)."""
+        if self._silent("silent-stale"):
+            return np.zeros((n, len(self.layer_ids) * self.target.n_embd), dtype=np.float32)
         return np.concatenate(
             [np.ctypeslib.as_array(self.get_layer_inp(self.target.ctx, il), shape=(n, self.target.n_embd))
              for il in self.layer_ids], axis=1,
@@ -390,6 +407,8 @@ class Engine:
         if cfg.fault == "stale-drafter" and index >= 1:
             # The fault: from this reset on, the target is rewound/cleared and fed, the drafter left alone.
             self.drafter_in_sync = False
+        if cfg.fault == "stops-drafting" and index >= cfg.fault_start()[0]:
+            self.fault_on = True
 
         self.lines.new_prompt(task, T.n_ctx, 0, len(prompt))
         self.lines.cached(task, n_past)
@@ -413,7 +432,7 @@ class Engine:
             slot.tokens, slot.n_past = [], 0
             return
         slot.id_last = self._argmax(T, -1)
-        if self.drafter_in_sync and not self.hidden:
+        if self.drafter_in_sync and not self.hidden and not self._silent("stops-drafting"):
             # Stand-in for DFlash's prefill capture: the drafter's cache covers the prompt too.
             tb = time.perf_counter()
             dret = self._decode_prompt(D, prompt, n_past, task, show=False)
@@ -430,6 +449,8 @@ class Engine:
         for c in range(cfg.cycles):
             if slot.n_past + self.k + 2 > self.limit:
                 break  # the slot's context is full: the request ends here, like hitting n_predict
+            if cfg.fault in SILENT_FAULTS and not self.fault_on and (index, c) >= cfg.fault_start():
+                self._fault_begins(slot)
             cycle = self._cycle_hidden if self.hidden else self._cycle
             a, n_draft, ok = cycle(index, task, c, slot)
             on_cycle()
@@ -464,10 +485,19 @@ class Engine:
 
         # Draft: the fork trims the drafter to committed_len first, then decodes the block there.
         t0 = time.perf_counter()
-        if rollback:
-            D.seq_rm(n_past)
-        self.stats.n_gen_calls += 1
-        drafts, dret = self._draft(n_past, id_last)
+        lag_at = D.kv_range()[1] + 1 if self._lagging() else None
+        drafts: list[int]
+        if self._silent("stops-drafting"):
+            drafts, dret = [], 0  # the speculative step is skipped: the target decodes one token
+        elif lag_at is not None:
+            self.stats.n_gen_calls += 1
+            drafts, dret = self._draft(lag_at, id_last)  # at its own end: consecutive, so nothing refuses it
+        else:
+            if rollback:
+                D.seq_rm(n_past)
+            self.stats.n_gen_calls += 1
+            drafts, dret = self._draft(n_past, self.stale_token if self._silent("silent-stale") else id_last)
+            self._lag_refused(dret)
         if drafts:
             self.stats.n_gen_drafts += 1
             self.stats.n_gen_tokens += len(drafts)
@@ -484,7 +514,9 @@ class Engine:
             t1 = time.perf_counter()
             self._count_accepted(a, k)
             T.seq_rm(n_past + a + 1)
-            if self.drafter_in_sync:
+            if lag_at is not None:
+                D.seq_rm(lag_at)  # the draft goes, nothing is committed: the drafter's cache stays where it was
+            elif self.drafter_in_sync:
                 self._commit(n_past, drafts, a, rollback)
             self.stats.t_acc_ms += (time.perf_counter() - t1) * 1e3
 
@@ -505,8 +537,20 @@ class Engine:
         trim = cfg.fault != "no-rollback" and self.drafter_in_sync
 
         t0 = time.perf_counter()
-        self.stats.n_gen_calls += 1
-        drafts, dret = self._noise(n_past, id_last) if self.dflash else self._e3_draft(id_last)
+        lag_at = D.kv_range()[1] + 1 if self._lagging() else None
+        drafts: list[int]
+        if self._silent("stops-drafting"):
+            drafts, dret = [], 0  # the speculative step is skipped; process() still mirrors the target
+        elif lag_at is not None:
+            self.stats.n_gen_calls += 1
+            drafts, dret = self._noise(lag_at, id_last)  # at its own end: consecutive, so nothing refuses it
+            D.seq_rm(lag_at)
+            trim = False
+        else:
+            self.stats.n_gen_calls += 1
+            drafts, dret = self._noise(n_past, id_last) if self.dflash else self._e3_draft(id_last)
+            self._lag_refused(dret)
+            trim = trim and self.drafter_in_sync
         if trim:
             D.seq_rm(n_past)
         if drafts:
@@ -518,7 +562,8 @@ class Engine:
         if verified is None:
             return 0, len(drafts), False
         a, new_token = verified
-        iret = self._process([id_last] + drafts, n_past)
+        # drafter-lags: no injection, the drafter's cache stops advancing
+        iret = 0 if lag_at is not None else self._process([id_last] + drafts, n_past)
         if iret != 0 and self.lines.flavor == "upstream":
             self.lines.speculative_batch_failed()
             self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), 0, dret, *self._maxes()))
@@ -537,6 +582,31 @@ class Engine:
         self._advance(slot, task, drafts, a, new_token)
         self.cycles.append(CycleRecord(index, task, c, n_past, len(drafts), a, dret, *self._maxes()))
         return a, len(drafts), True
+
+    # -- silent faults -------------------------------------------------------------------------------
+    def _silent(self, fault: str) -> bool:
+        return self.fault_on and self.cfg.fault == fault
+
+    def _fault_begins(self, slot: Slot) -> None:
+        """A silent fault's onset: from the next decode on, ground_truth.parquet names it."""
+        self.fault_on = True
+        if self.cfg.fault == "silent-stale":
+            # a token of this conversation, not the one the target gives now: stale, at the right positions
+            older = [t for t in slot.tokens[1:] if t != slot.id_last]
+            self.stale_token = older[len(older) // 2] if older else int(self.banned.max()) + 1
+
+    def _lagging(self) -> bool:
+        """drafter-lags, still in the stretch where the drafter's cache stays put (counting this cycle)."""
+        if not self._silent("drafter-lags") or not self.drafter_in_sync or self.lagged >= self.cfg.lag_cycles:
+            return False
+        self.lagged += 1
+        return True
+
+    def _lag_refused(self, dret: int) -> None:
+        """drafter-lags after its stretch: the draft went in at the target's position and was refused, so the
+        drafter is left behind for good (as stale-drafter's)."""
+        if self._silent("drafter-lags") and self.lagged >= self.cfg.lag_cycles and dret != 0:
+            self.drafter_in_sync = False
 
     def _verify(self, id_last: int, drafts: list[int], n_past: int) -> tuple[int, int] | None:
         """The target verifies [id_last, d1..dk] in one batch (a plain decode step when there is no draft):
@@ -607,6 +677,8 @@ class Engine:
             if rollback:
                 D.seq_rm(n_past + a + 1)
             todo, pos = (drafts[-1:], n_past + a) if a == len(drafts) else ([], 0)
+        if todo and self._silent("silent-stale"):
+            todo = [self.stale_token] * len(todo)  # at the right positions, the wrong tokens
         if todo:
             ret = self.decode(D, todo, pos, all_logits=False, step="commit")
             if ret != 0:

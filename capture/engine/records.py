@@ -23,10 +23,13 @@ GROUND_TRUTH_COLUMNS = (
     "drafter_kv_min",
     "drafter_kv_max",
     "step",
+    "fault",
 )
 # What each decode was: the target's prompt chunks and verify batches; DFlash's injection of the target's
 # layer inputs (an embedding batch) and its noise block; draft-simple's draft and commit decodes.
 STEPS = ("prompt", "verify", "inject", "noise", "draft", "commit")
+# `fault`: the silent fault (config.SILENT_FAULTS) in force at this decode, "" before its onset and for the others:
+# the onset the health findings are held to is its first row
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class DecodeRecord:
     drafter_kv_min: int
     drafter_kv_max: int
     step: str
+    fault: str = ""
 
 
 @dataclass(slots=True)

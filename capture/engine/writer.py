@@ -27,7 +27,14 @@ from kvtrace.capture.engine.llama import BATCH_DEBUG_ENV, KV_DEBUG_ENV
 from kvtrace.capture.engine.llama_log import DEBUG, LlamaLogCapture, LogWriter
 from kvtrace.capture.engine.loop import Engine
 from kvtrace.capture.engine.records import GROUND_TRUTH_COLUMNS, DecodeRecord, EngineResult
-from kvtrace.capture.models import ModelPair, ensure_upstream_drafter, gguf_meta, resolve_models, sha256_file
+from kvtrace.capture.models import (
+    ModelPair,
+    ensure_shared_drafter,
+    ensure_upstream_drafter,
+    gguf_meta,
+    resolve_models,
+    sha256_file,
+)
 
 
 def model_entry(path: Path, models: ModelPair) -> dict[str, Any]:
@@ -43,9 +50,10 @@ def _write_ground_truth(path: Path, decodes: list[DecodeRecord]) -> None:
     import pandas as pd
 
     frame = pd.DataFrame([asdict(d) for d in decodes], columns=list(GROUND_TRUTH_COLUMNS))
-    frame = frame.astype({c: "int64" for c in GROUND_TRUTH_COLUMNS if c not in ("context", "step")})
-    frame["context"] = frame["context"].astype("string")
-    frame["step"] = frame["step"].astype("string")
+    text = ("context", "step", "fault")
+    frame = frame.astype({c: "int64" for c in GROUND_TRUTH_COLUMNS if c not in text})
+    for c in text:
+        frame[c] = frame[c].astype("string")
     frame.to_parquet(path, index=False)
 
 
@@ -56,6 +64,9 @@ def engine_models(config: EngineConfig) -> ModelPair:
         if pair.generated and config.spec_type in ("draft-dflash", "draft-eagle3"):
             kind = config.spec_type.removeprefix("draft-")
             drafter = ensure_upstream_drafter(kind, config.cache_dir, config.seed)
+            pair = ModelPair(pair.target, drafter, generated=True, seed=config.seed)
+        elif pair.generated:  # draft-simple: a drafter that accepts most drafts, so a collapse stands out
+            drafter = ensure_shared_drafter(config.cache_dir, config.seed)
             pair = ModelPair(pair.target, drafter, generated=True, seed=config.seed)
         check_pair(config.spec_type, pair)
     except (OSError, ValueError) as e:

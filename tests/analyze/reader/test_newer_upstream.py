@@ -1,5 +1,5 @@
-"""Lines of builds newer than b11434 and b11434's own (docs/llama-cpp-lines.md#newer-builds-and-forks), read end
-to end: llama.cpp trimming a stale drafter itself (stale_trims, a healthy verdict that says so), synthetic
+"""Lines of a turboquant-derived fork and b11434's own (docs/llama-cpp-lines.md#newer-builds-and-forks), read end
+to end: the fork trimming a stale drafter itself (stale_trims, a healthy verdict that says so), synthetic
 acceptance, the DFlash clamps and rejected rows, adaptive MTP depth per slot over time, and the four wordings of
 the acceptance line.
 
@@ -47,7 +47,7 @@ POSITION_ERROR = [
 
 def with_trims(tmp_path: Path, n: int = 2) -> Path:
     """A real healthy b11434 capture with `n` of the draft mirror's trim warnings put after its first verify steps,
-    as a newer build prints them (each with the timestamp of the line before it): a run that llama.cpp repaired."""
+    as the fork prints them (each with the timestamp of the line before it): a run that the fork repaired."""
     lines = gzip.decompress(HEALTHY.read_bytes()).split(b"\n")  # bytes: a tiny model's pieces are not all UTF-8
     steps = [i for i, line in enumerate(lines) if b"draft tokens" in line and b"accepted" in line][:n]
     for k, i in reversed(list(enumerate(steps))):  # from the end, so the earlier indices still hold
@@ -71,7 +71,7 @@ def _triage_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-# ---- llama.cpp trims a stale drafter itself (#stale-draft-trims) ---------------------------------------------
+# ---- a turboquant-derived fork trims a stale drafter itself (#stale-draft-trims) --------------------------------
 
 def test_trims_are_listed_and_the_run_reads_healthy_and_repaired(tmp_path: Path) -> None:
     path = _log(tmp_path, [*START, MIRROR_TRIM, "0.02.200.000 I slot   operator(): id  0 | task 0 | accepted  2/ 3 draft "
@@ -80,12 +80,12 @@ def test_trims_are_listed_and_the_run_reads_healthy_and_repaired(tmp_path: Path)
     assert v["stale_trims"] == [{"line": 4, "seq_id": 0, "last_pos": 259, "batch_start": 200},
                                 {"line": 6, "seq_id": 1, "last_pos": 41, "batch_start": 38}]
     assert v["kind"] == "draft_stats_only" and v["n_errors"] == 0
-    assert "The drafter's memory was stale and llama.cpp trimmed it 2 times, first at X = 259 / Y = 200" in v["summary"]
+    assert "The drafter's memory was stale and the build trimmed it 2 times, first at X = 259 / Y = 200" in v["summary"]
     result = analyze.parse(path)
     assert headline(result) == "Healthy, drafter memory trimmed 2 times"
     report = markdown_report(result)
     assert "**Healthy, drafter memory trimmed 2 times**" in report and "failing side: **none**" in report
-    assert "| drafter memory found stale and trimmed by llama.cpp | 2 |" in report
+    assert "| drafter memory found stale and trimmed by the build (a turboquant-derived fork) | 2 |" in report
     text = CliRunner().invoke(cli, ["triage", str(path)]).stdout
     assert "trims:    the drafter's stale memory trimmed 2 times by llama.cpp (first at line 4)" in text
 

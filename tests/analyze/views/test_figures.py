@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvtrace import analyze
+from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.findings.overview import overview
 from kvtrace.analyze.findings.positions import (
     apart,
@@ -159,9 +160,12 @@ def test_the_position_figure_draws_each_trace_from_the_tables() -> None:
     spec = _spec(position_figure(result, seq_id=0))
     traces = {d["name"]: d for d in spec["data"]}
     n_requests = int(((result.events["kind"] == "new_prompt") & (result.events["seq_id"] == 0)).sum())
+    # the drafter's cache stuck before its refusals: the health finding's onset is marked too (issue 37)
+    stuck = [f for f in health(result) if f.finding == "drafter_stale"]
     assert list(traces) == ["target batch span", "target", "drafter batch span", "drafter",
                             "position error (X to Y)", f"drafter and target apart (> {tol:g})",
-                            f"requests ({n_requests}; every other one shaded)", "reset"]
+                            f"requests ({n_requests}; every other one shaded)", "reset",
+                            f"onset: drafter_stale, slot 0 (line {stuck[0].onset_line})"]
     assert tol == 4  # the sample's draft block: a 3-token draft plus the token it starts from
 
     # Stored max per side: every point of the derivation (a small log is never downsampled), in order.
