@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -28,17 +29,10 @@ from kvtrace.analyze.dashboard.acceptance import show_acceptance, show_counters_
 from kvtrace.analyze.dashboard.follow import Follower, LiveState
 from kvtrace.analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
 from kvtrace.analyze.dashboard.rawtext import RawText, capture_seconds, format_excerpt
+from kvtrace.analyze.findings.chart import ChartModel, chart_axis, chart_model
 from kvtrace.analyze.findings.health import health, restated
 from kvtrace.analyze.findings.overview import overview
-from kvtrace.analyze.findings.positions import (
-    XAxis,
-    batches_per_sequence,
-    choose_axis,
-    default_tolerance,
-    first_divergence,
-    opening_sequence,
-    sequences,
-)
+from kvtrace.analyze.findings.positions import XAxis
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
 from kvtrace.analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
@@ -145,8 +139,8 @@ def _raw_text(digest: str, _source: str | bytes) -> RawText:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _report(digest: str, _result: ParseResult, name: str) -> str:
-    return markdown_report(_result, name=name)
+def _report(digest: str, _result: ParseResult, name: str, _axis: XAxis) -> str:
+    return markdown_report(_result, name=name, axis=_axis)  # a source's axis is the same on every run
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -193,15 +187,19 @@ def raw_text(src: Source) -> RawText | None:
 
 def capture_axis(src: Source, result: ParseResult) -> XAxis:
     """The log's own timestamps, else (for a captured session) when each line arrived, else line numbers."""
-    seconds = None
-    if src.path and Path(src.path).is_dir():
-        try:
-            chunks = load_chunks(Path(src.path))  # chunks.parquet, or the journal of a killed capture
-            raw = raw_text(src) if len(chunks) else None
-            seconds = capture_seconds(raw, chunks) if raw is not None else None
-        except (OSError, ValueError, KeyError):
-            seconds = None
-    return choose_axis(result, seconds)
+    return chart_axis(result, lambda: _arrival_seconds(src))
+
+
+def _arrival_seconds(src: Source) -> np.ndarray | None:
+    """When each line of a captured session arrived (seconds, by line number); None for anything else."""
+    if not src.path or not Path(src.path).is_dir():
+        return None
+    try:
+        chunks = load_chunks(Path(src.path))  # chunks.parquet, or the journal of a killed capture
+        raw = raw_text(src) if len(chunks) else None
+        return capture_seconds(raw, chunks) if raw is not None else None
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 # ---- the sidebar: what to open -------------------------------------------------------------------
@@ -289,7 +287,7 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
             "Upload the server's own output (stderr), a bug report that quotes it, or a captured session."
         ))  # fmt: skip
         return
-    ov = overview(result)
+    ov = overview(result, axis)  # the chart's axis: the first divergence here is where the chart shades it
     st.subheader(headline(result))
     if v.thread is not None:  # a GitHub thread: which comment the deciding line was pasted in (its words escaped)
         n = len(v.thread.get("parts") or ())
@@ -353,40 +351,35 @@ def sequence_label(seq_id: int, n_batches: int) -> str:
     return f"{seq_id} ({n_batches:,} batch{'es' if n_batches != 1 else ''})"
 
 
-def opening_view(result: ParseResult) -> tuple[int | None, tuple[float, float] | None, float]:
-    """What the chart's controls start at: the opening sequence, the whole range, the default tolerance."""
-    seqs = sequences(result)
-    default = opening_sequence(result)
-    seq_id = (default if default in seqs else seqs[0]) if seqs else None
-    return seq_id, None, float(default_tolerance(result))
-
-
-def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple[float, float] | None, float]:
+def chart_controls(op: Opened, opening: ChartModel, key: str) -> tuple[ChartModel, tuple[float, float] | None, float]:
+    """The sequence picker, the tolerance and the x range; returns the picked sequence's model, the range (None:
+    all of it) and the tolerance. `opening`: the model a view opens on."""
     result = op.parsed
-    seqs = sequences(result)
+    seqs = opening.sequences
     c1, c2, c3 = st.columns([1, 1, 3])
-    opening_seq, _, default_tol = opening_view(result)
-    seq_id: int | None = None
-    if seqs and opening_seq is not None:
-        counts = batches_per_sequence(result)
-        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(opening_seq),
-                              key=f"seq-{key}", format_func=lambda s: sequence_label(s, counts.get(s, 0)))
+    model = opening
+    if seqs and opening.opening is not None:
+        seq_id = c1.selectbox("Sequence / slot", seqs, index=seqs.index(opening.opening), key=f"seq-{key}",
+                              format_func=lambda s: sequence_label(s, opening.batches.get(s, 0)))
+        model = chart_model(result, opening.axis, seq_id=seq_id)
     tol = c2.number_input(
-        "Apart when more than", min_value=0.0, value=default_tol, step=1.0, key=f"tol-{key}",
+        "Apart when more than", min_value=0.0, value=opening.tolerance, step=1.0, key=f"tol-{key}",
         help="Positions the drafter may lead or trail the target within one draft cycle (default: one draft block; the "
              "draft size for a drafter that keeps its own cache).",
     )  # fmt: skip
-    lo, hi = _x_extent(result, axis)
-    if lo is None or hi is None or hi <= lo:
-        return seq_id, None, tol
+    axis = model.axis
+    if model.x_extent is None or model.x_extent[1] <= model.x_extent[0]:
+        return model, None, tol
+    lo, hi = model.x_extent
     # The chosen range lives under its own key: the slider's bounds grow with a followed log (a new widget
     # each time), and a range the user chose stays; the whole range follows the log as it grows.
-    zoom_key = f"zoom-{key}-{seq_id}"
-    div = first_divergence(result, seq_id, axis, tol)
+    zoom_key = f"zoom-{key}-{model.seq_id}"
+    div = model.divergence(tol)
     if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
         st.session_state[zoom_key] = _around(div.x, lo, hi, 0.08, axis)
-    if st.session_state.pop(f"jump-error-{key}", False) and (ex := _first_error_x(result, seq_id, axis)) is not None:
-        st.session_state[zoom_key] = _around(ex, lo, hi, 0.04, axis)
+    err = model.first_error
+    if st.session_state.pop(f"jump-error-{key}", False) and err is not None and np.isfinite(err.x):
+        st.session_state[zoom_key] = _around(err.x, lo, hi, 0.04, axis)
     fmt = None
     step: float
     if axis.kind == "line":
@@ -396,12 +389,12 @@ def chart_controls(op: Opened, axis: XAxis, key: str) -> tuple[int | None, tuple
         fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
     zoom = st.session_state.get(zoom_key)
     value = (max(lo, zoom[0]), min(hi, zoom[1])) if zoom is not None and zoom[0] < hi else (lo, hi)
-    slider_key = f"range-{key}-{seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
+    slider_key = f"range-{key}-{model.seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
     rng = cast(tuple[float, float], c3.slider(
         axis.title, min_value=lo, max_value=hi, value=value, step=step, key=slider_key, format=fmt,
         on_change=_keep_zoom, args=(slider_key, zoom_key, (lo, hi)),
     ))  # fmt: skip
-    return seq_id, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
+    return model, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
 
 
 def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[float, float]:
@@ -413,110 +406,6 @@ def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[
 def _keep_zoom(slider_key: str, zoom_key: str, full: tuple[float, float]) -> None:
     chosen = tuple(st.session_state[slider_key])
     st.session_state[zoom_key] = None if chosen == full else chosen
-
-
-def _first_error_x(result: ParseResult, seq_id: int | None, axis: XAxis) -> float | None:
-    err = result.errors
-    err = err[err["last_pos"].notna() | err["batch_start"].notna()]
-    if seq_id is not None:
-        err = err[(err["seq_id"] == seq_id) | err["seq_id"].isna()]
-    if not len(err):
-        return None
-    x = axis.of(err["line"].iloc[:1], err["t"].iloc[:1])
-    return float(x[0]) if np.isfinite(x[0]) else None
-
-
-def _x_extent(result: ParseResult, axis: XAxis) -> tuple[float | None, float | None]:
-    xs = []
-    for name in ("batches", "kv", "errors", "events"):
-        frame = getattr(result, name)
-        if len(frame):
-            xs.append(axis.of(frame["line"], frame["t"]))
-    if not xs:
-        return None, None
-    allx = np.concatenate(xs)
-    allx = allx[np.isfinite(allx)]
-    if not allx.size:
-        return None, None
-    return float(np.floor(allx.min())) if axis.kind == "line" else float(allx.min()), float(
-        np.ceil(allx.max()) if axis.kind == "line" else allx.max()
-    )
-
-
-def _has_positions(result: ParseResult) -> bool:
-    err = result.errors
-    return bool(len(result.batches) or len(result.kv)
-                or (len(err) and (err["last_pos"].notna() | err["batch_start"].notna()).any()))
-
-
-@dataclass(slots=True)
-class PageHead:
-    """The top of a log's page, laid out before the log is read and in this order on every run: where it is
-    from, the verdict, the chart's controls, the chart. A first open fills the chart only; the next run fills
-    the rest around it, so the browser keeps the chart it has drawn (same place, same figure)."""
-
-    verdict: DeltaGenerator
-    controls: DeltaGenerator
-    chart: DeltaGenerator
-
-    @classmethod
-    def here(cls, caption: str | None = None) -> PageHead:
-        if caption is not None:
-            st.caption(caption)
-        return cls(st.container(), st.container(), st.empty())
-
-
-def show_charts(op: Opened, axis: XAxis, key: str, live: bool = False, head: PageHead | None = None,
-                first: bool = False) -> int | None:
-    """The position chart, then (for a finished log) the second charts; `live` draws only the first, so a
-    followed log's page redraws one chart a second; `first` (a first open) draws the chart alone, as the
-    controls start, and leaves the controls and the rest to the next run."""
-    result = op.parsed
-    head = head or PageHead.here()
-    if not _has_positions(result):
-        with head.chart.container():
-            st.info(
-                "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
-                "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
-                "`kvtrace capture run -- llama-server ...`."
-            )
-            acc = acceptance_figure(result)
-            if acc is not None:
-                st.caption(_acceptance_caption(result))
-                st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
-        return None
-    if first:
-        seq_id, x_range, tol = opening_view(result)
-    else:
-        with head.controls:
-            seq_id, x_range, tol = chart_controls(op, axis, key)
-    fig = position_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol,
-                          max_points=FIRST_MAX_POINTS if first else DEFAULT_MAX_POINTS)
-    fig.update_layout(uirevision=f"{key}-{seq_id}")  # a zoom made in the chart stays while the log grows
-    head.chart.plotly_chart(fig, key=f"pos-{key}", config={"displaylogo": False})
-    if first:
-        return seq_id
-    if live:
-        st.caption("Drafter minus target and the draft acceptance are drawn once the capture ends.")
-        return seq_id
-    left, right = st.columns(2)
-    with left:
-        st.caption("Drafter minus target stored position (0 = in step; dotted band = within one draft cycle's "
-                   "tolerance). A long run shows its range per time bucket, x where it leaves the band; zoom in "
-                   "with the slider for the step line.")
-        if len(result.kv) or len(result.batches):
-            st.plotly_chart(delta_figure(result, seq_id=seq_id, axis=axis, x_range=x_range, tolerance=tol),
-                            key=f"delta-{key}", config={"displaylogo": False})
-        else:
-            st.info("No batch or find_slot lines in this log, so no positions over time: only the errors above.")
-    with right:
-        acc = acceptance_figure(result)
-        if acc is not None:
-            st.caption(_acceptance_caption(result))
-            st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
-        else:
-            st.info("No per-cycle acceptance lines in this log.")
-    return seq_id
 
 
 _FILTERS = {
@@ -588,10 +477,11 @@ def show_raw(op: Opened, key: str, picked: int | None) -> None:
     st.code(format_excerpt(raw.around(int(line), RAW_CONTEXT, RAW_CONTEXT), mark=int(line)), language=None)
 
 
-def show_downloads(op: Opened, key: str) -> None:
+def show_downloads(op: Opened, key: str, axis: XAxis) -> None:
+    """The tables and the triage report (`axis`: the chart's, so the report reads what the chart worked out)."""
     result = op.parsed
     stem = Path(op.source.name).name.split(".")[0] or "log"
-    report = _report(op.source.digest, result, op.source.name)
+    report = _report(op.source.digest, result, op.source.name, axis)
     c1, c2, c3 = st.columns(3)
     c1.download_button("Tables (Parquet, zip)", data=lambda: zip_tables(result, "parquet"),
                        file_name=f"{stem}-tables-parquet.zip", mime="application/zip", key=f"dl-pq-{key}",
@@ -616,6 +506,199 @@ def show_compare(a: Opened, b: Opened, seq_id: int | None) -> None:
                      "position errors": v.n_position_errors, "errors": v.n_errors, "batches": v.n_batches,
                      "resets": v.n_resets, "acceptance": _rate(v.acceptance)})
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+# ---- a log's page: its panels, in the order they stand ---------------------------------------------
+
+FIRST, LIVE, FULL = "first", "live", "full"  # a browser's first open (chart first), a followed log, the whole page
+UPDATED, PER_RUN = "updated", "per run"  # a followed log's panel: redrawn each second, or on the page's own runs
+
+
+@dataclass(slots=True)
+class Shown:
+    """One log's page while it is drawn: what its panels share. The chart's controls set `chart` (the picked
+    sequence's model), `x_range` and `tolerance`; a first open keeps their starting values. The tables set
+    `picked`, the raw log shows it."""
+
+    op: Opened
+    key: str
+    run: str  # FIRST, LIVE or FULL
+    chart: ChartModel
+    tolerance: float
+    x_range: tuple[float, float] | None = None
+    compare_with: Source | None = None
+    picked: int | None = None
+
+    @classmethod
+    def of(cls, op: Opened, run: str, axis: XAxis, compare_with: Source | None = None) -> Shown:
+        chart = chart_model(op.parsed, axis)
+        return cls(op, op.source.digest[:12], run, chart, chart.tolerance, compare_with=compare_with)
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    """One part of a log's page. `first`: drawn on a browser's first open; `live`: how a followed log's page draws
+    it (UPDATED, PER_RUN, or None: once the capture has ended); `leads`: filled before the others (the chart and
+    what it needs, so the browser draws it while the rest is worked out), though it stands where PANELS puts it."""
+
+    name: str
+    draw: Callable[[Shown], None]
+    first: bool = False
+    live: str | None = None
+    leads: bool = False
+
+
+def _verdict_panel(s: Shown) -> None:
+    show_verdict(s.op, s.chart.axis)
+
+
+def _controls_panel(s: Shown) -> None:
+    if s.chart.has_positions:
+        s.chart, s.x_range, s.tolerance = chart_controls(s.op, s.chart, s.key)
+
+
+def _chart_panel(s: Shown) -> None:
+    result, model = s.op.parsed, s.chart
+    if not model.has_positions:
+        with st.container():
+            st.info(
+                "This log has no KV positions to draw: no batch dumps, no find_slot lines and no position errors. "
+                "To see them, rerun with LLAMA_BATCH_DEBUG=1 LLAMA_KV_CACHE_DEBUG=1 and -v, or capture with "
+                "`kvtrace capture run -- llama-server ...`."
+            )
+            _acceptance_chart(result, s.key)
+        return
+    fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=s.x_range, tolerance=s.tolerance,
+                          max_points=FIRST_MAX_POINTS if s.run == FIRST else DEFAULT_MAX_POINTS)
+    fig.update_layout(uirevision=f"{s.key}-{model.seq_id}")  # a zoom made in the chart stays while the log grows
+    st.plotly_chart(fig, key=f"pos-{s.key}", config={"displaylogo": False})
+
+
+def _acceptance_chart(result: ParseResult, key: str) -> bool:
+    acc = acceptance_figure(result)
+    if acc is None:
+        return False
+    st.caption(_acceptance_caption(result))
+    st.plotly_chart(acc, key=f"acc-{key}", config={"displaylogo": False})
+    return True
+
+
+def _second_charts_panel(s: Shown) -> None:
+    """Drafter minus target beside the acceptance per cycle; a followed log's page says they come at its end."""
+    if not s.chart.has_positions:
+        return
+    if s.run == LIVE:
+        st.caption("Drafter minus target and the draft acceptance are drawn once the capture ends.")
+        return
+    result, model = s.op.parsed, s.chart
+    left, right = st.columns(2)
+    with left:
+        st.caption("Drafter minus target stored position (0 = in step; dotted band = within one draft cycle's "
+                   "tolerance). A long run shows its range per time bucket, x where it leaves the band; zoom in "
+                   "with the slider for the step line.")
+        if len(result.kv) or len(result.batches):
+            fig = delta_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=s.x_range, tolerance=s.tolerance)
+            st.plotly_chart(fig, key=f"delta-{s.key}", config={"displaylogo": False})
+        else:
+            st.info("No batch or find_slot lines in this log, so no positions over time: only the errors above.")
+    with right:
+        if not _acceptance_chart(result, s.key):
+            st.info("No per-cycle acceptance lines in this log.")
+
+
+def _acceptance_panel(s: Shown) -> None:
+    show_acceptance(s.op.parsed, s.op.source.digest, s.key)
+
+
+def _compare_panel(s: Shown) -> None:
+    if s.compare_with is None:
+        return
+    other = open_source(s.compare_with)
+    if other.error is not None:
+        st.error(escape(f"{other.source.name}: {other.error}"))
+    elif other.parsed.verdict.kind == "no_log":
+        st.warning(escape(f"{other.source.name}: no llama.cpp log lines to compare."))
+    else:
+        show_compare(s.op, other, s.chart.seq_id if s.chart.has_positions else None)  # the sequence picked
+
+
+def _tables_panel(s: Shown) -> None:
+    st.subheader("Tables")
+    if s.run == LIVE:
+        st.caption("As of this page's last full run; the tables, the raw log and the downloads are "
+                   "complete once the capture ends.")
+    s.picked = show_tables(s.op, s.key)
+
+
+def _raw_panel(s: Shown) -> None:
+    st.subheader("Raw log")
+    show_raw(s.op, s.key, s.picked)
+
+
+def _downloads_panel(s: Shown) -> None:
+    st.subheader("Take it away")
+    show_downloads(s.op, s.key, s.chart.axis)
+
+
+def _environment_panel(s: Shown) -> None:
+    meta = s.op.parsed.meta
+    with st.expander("Environment (from the log)", expanded=bool(meta.get("gpus"))):
+        show_devices(meta)
+        st.json(meta, expanded=False)
+
+
+# The one list of a log's panels, in the order they stand on the page; every run draws from it.
+PANELS = (
+    Panel("verdict", _verdict_panel, live=UPDATED),
+    Panel("controls", _controls_panel, live=UPDATED, leads=True),
+    Panel("chart", _chart_panel, first=True, live=UPDATED, leads=True),
+    Panel("second charts", _second_charts_panel, live=UPDATED),
+    Panel("acceptance", _acceptance_panel),
+    Panel("compare", _compare_panel),
+    Panel("tables", _tables_panel, live=PER_RUN),
+    Panel("raw log", _raw_panel),
+    Panel("downloads", _downloads_panel),
+    Panel("environment", _environment_panel),
+)
+
+
+def panels_for(run: str, live: str | None = None) -> list[Panel]:
+    """The panels a run draws, in PANELS' order: a first open the chart alone; a followed log's page those
+    drawn `live` (UPDATED or PER_RUN); a finished log every one."""
+    if run == FIRST:
+        return [p for p in PANELS if p.first]
+    if run == LIVE:
+        return [p for p in PANELS if p.live == live]
+    return list(PANELS)
+
+
+@dataclass(slots=True)
+class Slots:
+    """Where each panel of a log's page goes, laid out in PANELS' order before the log is read, the same on
+    every run: a first open fills the chart alone, the next run the rest around it, so the browser keeps the
+    chart it has drawn (same place, same figure)."""
+
+    places: dict[str, DeltaGenerator]
+
+    @classmethod
+    def here(cls, panels: Sequence[Panel] | None = None, caption: str | None = None) -> Slots:
+        """A place for each of `panels` (default: every one, PANELS read when called), in their order."""
+        if caption is not None:
+            st.caption(caption)
+        # the chart's place holds one element, replaced: the empty frame a first open shows while it reads
+        return cls({p.name: st.empty() if p.name == "chart" else st.container() for p in panels or PANELS})
+
+    @property
+    def chart(self) -> DeltaGenerator:
+        return self.places["chart"]
+
+
+def draw_panels(shown: Shown, panels: Sequence[Panel], slots: Slots | None = None) -> None:
+    """Fill each panel's place: the leading ones first, then the others in the order they stand."""
+    slots = slots or Slots.here(panels)
+    for panel in sorted(panels, key=lambda p: not p.leads):  # a stable sort: each group keeps PANELS' order
+        with slots.places[panel.name]:
+            panel.draw(shown)
 
 
 # ---- following a capture while it runs ------------------------------------------------------------
@@ -644,13 +727,13 @@ def show_live_status(state: LiveState, src: Source, key: str) -> None:
     result = state.result
     if result is None or not result.verdict.n_position_errors:
         return
-    pos = result.errors[result.errors["last_pos"].notna() | result.errors["batch_start"].notna()]
-    first = pos.iloc[0]
-    what = " ".join(f"{k} = {int(v)}" for k, v in (("X", first["last_pos"]), ("Y", first["batch_start"]))
-                    if not pd.isna(v))
-    side = "" if pd.isna(first["component"]) else f" ({escape(str(first['component']))})"
+    first = chart_model(result, chart_axis(result), seq_id=None).first_error  # the whole log's
+    if first is None:
+        return
+    what = " ".join(f"{k} = {int(v)}" for k, v in (("X", first.last_pos), ("Y", first.batch_start)) if v is not None)
+    side = "" if first.component is None else f" ({escape(first.component)})"
     c1, c2 = st.columns([4, 1])
-    c1.error(f"Position error logged at line {int(first['line'])}{side}: {what}. "
+    c1.error(f"Position error logged at line {first.line}{side}: {what}. "
              f"{result.verdict.n_position_errors:,} so far.")
     c2.button("Jump to the first position error", key=f"jump-error-button-{key}", on_click=_jump_to_error,
               args=(key,))
@@ -670,10 +753,8 @@ def live_view(src: Source) -> None:
     if result.verdict.kind == "no_log":
         st.info(f"No llama.cpp log lines yet in {result.lines:,} lines.")
         return
-    op = Opened(src, result, None)
-    axis = choose_axis(result)
-    show_verdict(op, axis)
-    show_charts(op, axis, key, live=True)
+    # the live view reads the log's own clock, else line numbers: a session's arrival times grow with it
+    draw_panels(Shown.of(Opened(src, result, None), LIVE, chart_axis(result)), panels_for(LIVE, UPDATED))
 
 
 def _show_newest(sources: list[Source]) -> None:
@@ -719,41 +800,33 @@ def _rest_of_the_page() -> None:
     st.session_state[REST_KEY] = (sent, now)
 
 
-def _head_of(name: str, waiting: bool) -> PageHead:
-    head = PageHead.here(f"Source: {escape(name)}")
+def _head_of(name: str, waiting: bool) -> Slots:
+    slots = Slots.here(caption=f"Source: {escape(name)}")
     if waiting:  # a first open: the chart's empty frame at once, so the browser loads its library meanwhile
-        head.chart.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
-    return head
+        slots.chart.plotly_chart(waiting_figure(), key="waiting", config={"displaylogo": False})
+    return slots
 
 
-def show_log(src: Source, first: bool, opened: Opened | None = None,
-             head: PageHead | None = None) -> tuple[Opened, int | None] | None:
-    """The top of a log's page: the verdict, the chart's controls and the chart, or the chart alone on a
-    first open (`first`); `opened`: already read (a followed capture that has ended); `head`: laid out
-    already. None when there is nothing more to show: unreadable, or no llama.cpp lines."""
-    head = head or _head_of(src.name, waiting=opened is None and st.session_state.get("opened") != src.digest)
+def show_log(src: Source, run: str, opened: Opened | None = None, slots: Slots | None = None,
+             compare_with: Source | None = None) -> None:
+    """A log's page: its panels (on a first open, `run` FIRST, the chart alone); `opened`: already read (a
+    followed capture that has ended); `slots`: laid out already. An unreadable log gets its error, and one with
+    no llama.cpp lines its verdict only."""
+    slots = slots or _head_of(src.name, waiting=opened is None and st.session_state.get("opened") != src.digest)
     op = opened
     if op is None:
         op = open_source(src)
         st.session_state["opened"] = src.digest
     if op.error is not None:
-        head.chart.empty()
+        slots.chart.empty()
         st.error(escape(f"{op.source.name}: {op.error}"))
-        return None
-    axis = capture_axis(op.source, op.parsed)
-    key = op.source.digest[:12]
+        return
+    shown = Shown.of(op, run, capture_axis(op.source, op.parsed), compare_with)
     if op.parsed.verdict.kind == "no_log":
-        head.chart.empty()
-        with head.verdict:
-            show_verdict(op, axis)
-        return None
-    # The first chart is sent first: the verdict's box sits above it on the page but is filled after it, so
-    # the browser starts drawing while the headline, signature and next steps are worked out.
-    seq_id = show_charts(op, axis, key, head=head, first=first)
-    if not first:
-        with head.verdict:
-            show_verdict(op, axis)
-    return op, seq_id
+        slots.chart.empty()
+        draw_panels(shown, [p for p in PANELS if p.name == "verdict"], slots)
+        return
+    draw_panels(shown, panels_for(run), slots)
 
 
 def main() -> None:
@@ -775,7 +848,7 @@ def main() -> None:
         )
         return
     if first:
-        show_log(sources[0], first=True, head=head)
+        show_log(sources[0], FIRST, slots=head)
         _rest_of_the_page()
         now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
         st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
@@ -791,44 +864,22 @@ def main() -> None:
     else:
         st.sidebar.caption("To compare, open a second log: upload, paste or pick one above.")
     src = sources[pick]
+    compare_with = sources[cmp_pick] if cmp_pick is not None else None
     if src.live:
         state = _follower(src.path or "").poll()
         if not state.ended:
             st.caption(f"Source: {escape(src.name)} (live)")
             live_view(src)
             if state.result is not None and state.result.verdict.kind != "no_log":
-                st.subheader("Tables")
-                st.caption("As of this page's last full run; the tables, the raw log and the downloads are "
-                           "complete once the capture ends.")
-                show_tables(Opened(src, state.result, None), src.digest[:12])
+                # what the live view does not redraw each second, as of this run
+                followed = Opened(src, state.result, None)
+                draw_panels(Shown.of(followed, LIVE, chart_axis(state.result)), panels_for(LIVE, PER_RUN))
             return
         show_live_status(state, src, src.digest[:12])
         ended = Opened(src, state.result, None if state.result is not None else "the capture wrote no log")
-        shown = show_log(src, first=False, opened=ended)
+        show_log(src, FULL, opened=ended, compare_with=compare_with)
     else:
-        shown = show_log(src, first=False)
-    if shown is None:
-        return
-    op, seq_id = shown
-    key = op.source.digest[:12]
-    show_acceptance(op.parsed, op.source.digest, key)
-    if cmp_pick is not None:
-        other_op = open_source(sources[cmp_pick])
-        if other_op.error is not None:
-            st.error(escape(f"{other_op.source.name}: {other_op.error}"))
-        elif other_op.parsed.verdict.kind == "no_log":
-            st.warning(escape(f"{other_op.source.name}: no llama.cpp log lines to compare."))
-        else:
-            show_compare(op, other_op, seq_id)
-    st.subheader("Tables")
-    picked = show_tables(op, key)
-    st.subheader("Raw log")
-    show_raw(op, key, picked)
-    st.subheader("Take it away")
-    show_downloads(op, key)
-    with st.expander("Environment (from the log)", expanded=bool(op.parsed.meta.get("gpus"))):
-        show_devices(op.parsed.meta)
-        st.json(op.parsed.meta, expanded=False)
+        show_log(src, FULL, compare_with=compare_with)
 
 
 def show_devices(meta: Meta) -> None:

@@ -21,7 +21,8 @@ WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io
                 "kvtrace.analyze.reader.parser", "kvtrace.analyze.reader.devices", "kvtrace.analyze.views.bundle",
                 "kvtrace.analyze.views.figures", "kvtrace.analyze.dashboard.follow",
                 "kvtrace.analyze.findings.overview", "kvtrace.analyze.findings.positions",
-                "kvtrace.analyze.dashboard.rawtext", "kvtrace.analyze.views.report", "kvtrace.analyze.dashboard.page")
+                "kvtrace.analyze.findings.chart", "kvtrace.analyze.dashboard.rawtext", "kvtrace.analyze.views.report",
+                "kvtrace.analyze.dashboard.page")
 
 
 # Streamlit's caches check their parameters when a function is decorated, and warn "No runtime found, using

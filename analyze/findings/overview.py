@@ -1,7 +1,7 @@
 """The numbers at the top of a triage: batches per side, errors, resets, draft acceptance, first divergence.
 
 Counts and acceptance come from the reader's verdict (one definition); this adds the per-side batch
-counts and the first divergence, which need the position tables.
+counts and the first divergence, which the chart's model holds (on the chart's own axis when it is given).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from kvtrace.analyze.findings.positions import Divergence, choose_axis, first_divergence
+from kvtrace.analyze.findings.chart import chart_model
+from kvtrace.analyze.findings.positions import Divergence, XAxis
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
     from kvtrace.analyze.reader.verdict import AcceptanceSummary
-
 
 
 @dataclass(slots=True)
@@ -41,7 +41,9 @@ class Overview:
         return f"{text}: {SYNTHETIC_NOTE}" if a.get("synthetic") else text
 
 
-def overview(result: ParseResult) -> Overview:
+def overview(result: ParseResult, axis: XAxis | None = None) -> Overview:
+    """The headline numbers; the first divergence is the failing sequence's (else the whole log's), on `axis`
+    (default: the chart's, `chart_axis`)."""
     b = result.batches
     # per batch, not per row: a batch of several sequences has a row each, and the parts should add up to
     # the batch count beside them
@@ -56,5 +58,5 @@ def overview(result: ParseResult) -> Overview:
         n_errors=int(verdict.n_errors),
         n_resets=int(verdict.n_resets),
         acceptance=verdict.acceptance.copy(),
-        first_divergence=first_divergence(result, seq, choose_axis(result)),
+        first_divergence=chart_model(result, axis, seq_id=seq).first_divergence,
     )

@@ -8,8 +8,9 @@ the stored position of the side that failed, so it is added to that side.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,20 @@ if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
 
 CONTEXTS = ("target", "drafter")
+T = TypeVar("T")
+
+
+def derived(result: ParseResult, key: Hashable, make: Callable[[], T]) -> T:
+    """`make()`, worked out once per result and key and kept on the result (callers read it, never change it).
+
+    A result without the cache (an object shaped like one) gets `make()` each time.
+    """
+    cache = getattr(result, "derived", None)
+    if cache is None:
+        return make()
+    if key not in cache:
+        cache[key] = make()
+    return cast(T, cache[key])
 
 
 def floats(values: pd.Series | np.ndarray) -> np.ndarray:
@@ -82,6 +97,13 @@ def _time_rows(result: ParseResult) -> tuple[np.ndarray, np.ndarray]:
     return lines, ts
 
 
+def capture_time_axis(capture_line_seconds: np.ndarray | None) -> XAxis | None:
+    """When each line arrived (seconds since the first chunk, indexed by line number), if that is known."""
+    if capture_line_seconds is not None and capture_line_seconds.size > 1:
+        return XAxis("capture_time", "capture time (s)", line_seconds=capture_line_seconds)
+    return None
+
+
 def choose_axis(result: ParseResult, capture_line_seconds: np.ndarray | None = None) -> XAxis:
     """Log timestamps where most rows have them, else capture time when given, else line numbers."""
     lines, ts = _time_rows(result)
@@ -93,9 +115,7 @@ def choose_axis(result: ParseResult, capture_line_seconds: np.ndarray | None = N
         joined = known_t + offsets[np.searchsorted(restart_lines, known_lines, side="right")]
         title = "log time (s)" if not restart_lines.size else f"log time (s; {restart_lines.size} restarts joined)"
         return XAxis("log_time", title, known=(known_lines, joined), restarts=(restart_lines, offsets))
-    if capture_line_seconds is not None and capture_line_seconds.size > 1:
-        return XAxis("capture_time", "capture time (s)", line_seconds=capture_line_seconds)
-    return XAxis("line", "log line")
+    return capture_time_axis(capture_line_seconds) or XAxis("line", "log line")
 
 
 def sequences(result: ParseResult) -> list[int]:
@@ -118,10 +138,11 @@ def batches_per_sequence(result: ParseResult) -> dict[int, int]:
     return counts
 
 
-def opening_sequence(result: ParseResult) -> int | None:
+def opening_sequence(result: ParseResult, counts: dict[int, int] | None = None) -> int | None:
     """The sequence a view opens on: the failing one, else the busiest (a server with -np auto puts its one
-    client on whichever slot it picks, and its warm-up batches on sequence 0), else the smallest id."""
-    counts = batches_per_sequence(result)
+    client on whichever slot it picks, and its warm-up batches on sequence 0), else the smallest id.
+    `counts`: `batches_per_sequence(result)`, when the caller has it already."""
+    counts = batches_per_sequence(result) if counts is None else counts
     if not counts:
         return None
     failing = result.verdict.seq_id
@@ -137,7 +158,14 @@ def _seq_mask(frame: pd.DataFrame, seq_id: int | None) -> pd.Series:
 
 
 def stored_positions(result: ParseResult, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
-    """Columns line, x, pos, source ('kv', 'batch' or 'error'), sorted by line."""
+    """Columns line, x, pos, source ('kv', 'batch' or 'error'), sorted by line. Computed once per result,
+    context, sequence and kind of axis: the chart and drafter minus target both read it (callers never change it).
+    """
+    return derived(result, ("stored", context, seq_id, axis.kind),
+                   lambda: _stored_positions(result, context, seq_id, axis))
+
+
+def _stored_positions(result: ParseResult, context: str, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     kv = result.kv
     kv = kv[(kv["context"] == context) & _seq_mask(kv, seq_id)]
     if len(kv):
@@ -261,13 +289,7 @@ def apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     (after a new request it keeps the old one until its next draft trims it). No drafter (n-gram): empty.
     Computed once per result, sequence and kind of axis (callers read it, never change it).
     """
-    cache = getattr(result, "derived", None)
-    if cache is None:
-        return _apart(result, seq_id, axis)
-    key = ("apart", seq_id, axis.kind)
-    if key not in cache:
-        cache[key] = _apart(result, seq_id, axis)
-    return cast(pd.DataFrame, cache[key])
+    return derived(result, ("apart", seq_id, axis.kind), lambda: _apart(result, seq_id, axis))
 
 
 def _apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
@@ -325,9 +347,11 @@ class Divergence:
 
 
 def first_divergence(
-    result: ParseResult, seq_id: int | None, axis: XAxis, tolerance: float | None = None
+    result: ParseResult, seq_id: int | None, axis: XAxis, tolerance: float | None = None,
+    among: list[int] | None = None,
 ) -> Divergence | None:
-    """The first position error with both X and Y, else the start of the first divergence stretch."""
+    """The first position error with both X and Y, else the start of the first divergence stretch.
+    `among`: without a chosen sequence, the sequences to look in (default: every one the tables mention)."""
     err = result.errors
     err = err[_seq_mask(err, seq_id) & err["last_pos"].notna() & err["batch_start"].notna()]
     candidates: list[Divergence] = []
@@ -345,7 +369,8 @@ def first_divergence(
         ))  # fmt: skip
     tol = default_tolerance(result) if tolerance is None else tolerance
     # without a chosen sequence, each one on its own: slots' positions are not comparable with each other
-    seqs: list[int | None] = [seq_id] if seq_id is not None else [*sequences(result)] or [None]
+    every = sequences(result) if among is None else among
+    seqs: list[int | None] = [seq_id] if seq_id is not None else [*every] or [None]
     for seq in seqs:
         d = apart(result, seq, axis)
         runs = apart_stretches(result, d, tol)

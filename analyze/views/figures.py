@@ -15,13 +15,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvtrace.analyze.findings.chart import chart_axis, chart_model
 from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.findings.positions import (
     XAxis,
-    apart,
     apart_stretches,
-    choose_axis,
-    default_tolerance,
     floats,
     stored_positions,
 )
@@ -319,8 +317,10 @@ def position_figure(
     max_points: int = DEFAULT_MAX_POINTS,
     title: str | None = None,
 ) -> go.Figure:
-    """The main chart: KV position over time for target and drafter, errors, resets, divergence."""
-    axis = axis or choose_axis(result)
+    """The main chart: KV position over time for target and drafter, errors, resets, divergence; its axis,
+    default tolerance and drafter minus target are the chart's model's (`chart_model`)."""
+    model = chart_model(result, axis, seq_id=seq_id)
+    axis = model.axis
     fig = go.Figure()
     lo, hi = _position_traces(fig, result, seq_id, axis, x_range, max_points)
     elo, ehi = _error_traces(fig, result, seq_id, axis, x_range, span=_x_span(fig, x_range))
@@ -330,9 +330,8 @@ def position_figure(
     pad = max(1.0, (hi - lo) * 0.03)
     lo, hi = lo - pad, hi + pad
     # Divergence shading goes first in the legend but under the data (Plotly draws fills in trace order).
-    tol = default_tolerance(result) if tolerance is None else tolerance
-    d = apart(result, seq_id, axis)
-    runs = [r for r in apart_stretches(result, d, tol)
+    tol = model.tolerance if tolerance is None else tolerance
+    runs = [r for r in apart_stretches(result, model.apart, tol)
             if x_range is None or (r.x1 >= x_range[0] and r.x0 <= x_range[1])]
     if runs:
         x0, x1 = _merge_bands(np.array([r.x0 for r in runs]), np.array([r.x1 for r in runs]))
@@ -379,11 +378,11 @@ def delta_figure(
 ) -> go.Figure:
     """Drafter minus target stored position over time (0 = in step): the step line, or on a long run the
     envelope (min to max per time bucket) under the tolerance band, with the stretches outside it marked."""
-    axis = axis or choose_axis(result)
-    d = apart(result, seq_id, axis)
-    d = d[_in_range(d["x"].to_numpy(float), x_range)]
+    model = chart_model(result, axis, seq_id=seq_id)
+    axis = model.axis
+    d = model.apart[_in_range(model.apart["x"].to_numpy(float), x_range)]
     xv, dv = d["x"].to_numpy(float), d["delta"].to_numpy(float)
-    tol = default_tolerance(result) if tolerance is None else tolerance
+    tol = model.tolerance if tolerance is None else tolerance
     fig = go.Figure()
     if len(dv) > envelope_above:
         x0, x1, lo, hi = envelope(xv, dv, ENVELOPE_BUCKETS)
@@ -471,7 +470,7 @@ def compare_figure(
     lo, hi = np.inf, -np.inf
     resets = []
     for col, (res, suffix) in enumerate(((a, " (A)"), (b, " (B)")), start=1):
-        axis = choose_axis(res)
+        axis = chart_axis(res)
         plo, phi = _position_traces(fig, res, seq_id, axis, None, max_points, suffix=suffix, col=col,
                                     dash=None if col == 1 else "dash")
         elo, ehi = _error_traces(fig, res, seq_id, axis, None, suffix=suffix, col=col, labels=False)

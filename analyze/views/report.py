@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from kvtrace.analyze.findings.chart import chart_axis
 from kvtrace.analyze.findings.counters import ServerCounters, server_counters
 from kvtrace.analyze.findings.cycles import depth_series, depth_text
 from kvtrace.analyze.findings.health import health, health_headline, restated
@@ -206,10 +207,12 @@ Block = Prose | Code | Table | Bullets
 TABLE_BEFORE, TABLE_ROWS = 4, 12
 
 
-def position_rows(result: ParseResult, seq_id: int | None, around: int | None) -> list[dict[str, Any]]:
+def position_rows(result: ParseResult, seq_id: int | None, around: int | None,
+                  axis: XAxis | None = None) -> list[dict[str, Any]]:
     """Target and drafter stored max (kv table, else batch spans; X of a refused batch) line by line, with
-    the refused batch's Y, in a window of TABLE_ROWS rows around line `around` (the first divergence)."""
-    axis = XAxis("line", "log line")
+    the refused batch's Y, in a window of TABLE_ROWS rows around line `around` (the first divergence).
+    Rows go by line; `axis` (default: the chart's) only names the stored positions the chart keeps on the parse."""
+    axis = axis or chart_axis(result)
     frames = [stored_positions(result, ctx, seq_id, axis).assign(side=ctx) for ctx in ("target", "drafter")]
     err = result.errors
     err = err[(err["kind"] == "inconsistent_positions") & err["batch_start"].notna()]
@@ -306,10 +309,11 @@ def device_blocks(meta: Meta) -> list[Block]:
     return out
 
 
-def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block]:
-    """The triage report for one ParseResult, as blocks (see markdown_report / html_report)."""
+def report_blocks(result: ParseResult, *, name: str | None = None, axis: XAxis | None = None) -> list[Block]:
+    """The triage report for one ParseResult, as blocks (see markdown_report / html_report); `axis`: the chart's
+    beside it (the dashboard's), so the report reads what the chart worked out (default: `chart_axis`)."""
     verdict = result.verdict
-    ov: Overview = overview(result)
+    ov: Overview = overview(result, axis)
     sig = match_signature(result)
     # Only the file name of a source path: a report is pasted in public, a home folder should not be.
     title = name or Path(str(getattr(result, "source", "") or "log")).name
@@ -376,7 +380,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
         out += [Prose("**Evidence** (line numbers in the log):"), Code(evidence)]
     d = ov.first_divergence
     seq = verdict.seq_id if verdict.seq_id is not None else (d.seq_id if d is not None else None)
-    table = position_rows(result, seq, d.line if d is not None else None)
+    table = position_rows(result, seq, d.line if d is not None else None, axis)
     if table and any(r["target"] is not None or r["drafter"] is not None for r in table):
         where = ("around the first divergence" if d is not None or verdict.last_pos is not None
                  else "at the start (no divergence)")
@@ -508,10 +512,10 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(result: ParseResult, *, name: str | None = None) -> str:
-    """The triage report for one ParseResult, as GitHub-flavoured Markdown."""
+def markdown_report(result: ParseResult, *, name: str | None = None, axis: XAxis | None = None) -> str:
+    """The triage report for one ParseResult, as GitHub-flavoured Markdown (`axis`: see `report_blocks`)."""
     parts = []
-    for b in report_blocks(result, name=name):
+    for b in report_blocks(result, name=name, axis=axis):
         if isinstance(b, Prose):
             parts.append(b.text)
         elif isinstance(b, Code):
