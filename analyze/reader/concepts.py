@@ -144,7 +144,8 @@ CONCEPTS: tuple[Concept, ...] = (
        r"terminate called after throwing",
        r"GGML_ABORT|ggml_abort",
        r"^\W*(?-i:Aborted|Abort trap)(?:\W|$)",
-       examples=("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234",
+       # (MSVC's `Assertion failed: cond, file f, line n` is the table's, patterns.py `msvc_assert`)
+       examples=("assertion failure in llama_batch_allocr::init",
                  "AssertionError: draft model returned no tokens",
                  "terminate called after throwing an instance of 'std::runtime_error'",
                  "Abort trap: 6"),
