@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from kvtrace.analyze.reader.normalize import parse_prefix
+from kvtrace.analyze.reader.spec import DRAFTER_NAMES
 
 CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recognised
 _S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`
@@ -31,7 +32,7 @@ def _code(n: int) -> str:
             rf"(?P<ret{n}>-?\d{{1,3}})(?:$|[\s),;'\"\]]))?")
 
 
-_DRAFT_WORDS = re.compile(r"draft|mtp|eagle|dflash|speculative", re.IGNORECASE)
+_DRAFT_WORDS = re.compile("|".join((*DRAFTER_NAMES, "speculative")), re.IGNORECASE)
 
 
 @dataclass(slots=True, frozen=True)

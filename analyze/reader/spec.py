@@ -18,12 +18,25 @@ from typing import Any
 
 MIRROR, OWN, NONE = "mirror", "own", "none"
 
+# the words that name a drafter, in a function's name, a line or a report (`common_speculative_impl_draft_eagle3`,
+# `dflash: drafter decode failed`, `MTP active`): one list for every module that asks whether a text is the draft's
+DRAFTER_NAMES: tuple[str, ...] = ("draft", "mtp", "eagle", "dflash", "dspark", "medusa")
+# upstream names its drafter types `draft-*` (draft-simple, draft-dflash, draft-eagle3, draft-mtp); a fork names its
+# own bare (beellama.cpp's `dflash`): the prefix tells upstream's implementation from a fork's
+UPSTREAM_PREFIX = "draft-"
+
 # implementation names (`adding speculative implementation '...'`, `called impl ...`, `--spec-type`)
 _KEEPING = {
     "draft-simple": OWN, "draft": OWN, "draft-model": OWN,
     "draft-dflash": MIRROR, "dflash": MIRROR, "draft-dspark": MIRROR, "draft-eagle3": MIRROR, "eagle3": MIRROR,
     "draft-mtp": MIRROR, "mtp": MIRROR, "draft-mtp-adaptive": MIRROR,
 }
+
+
+def upstream_drafter(meta: dict[str, Any]) -> bool:
+    """Whether the log ran one of upstream's drafter types (`draft-dflash`, not a fork's `dflash`): upstream
+    injects the target's hidden states into the drafter as embedding batches and drafts token by token."""
+    return spec_type(meta).startswith(UPSTREAM_PREFIX)
 
 
 def spec_type(meta: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_th
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.normalize import readable
 from kvtrace.analyze.reader.records import NA, Event, Failure
-from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
+from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type, upstream_drafter
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
 
@@ -233,7 +233,7 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[s
         ctx, conf = no_drafter(len(batches))
         batches["context"] = pd.Categorical(ctx, dtype=CONTEXT_DTYPE)
         batches["context_confidence"] = conf
-    elif keep == MIRROR and spec_type(w.meta).startswith("draft-") and len(batches):
+    elif keep == MIRROR and upstream_drafter(w.meta) and len(batches):
         # upstream DFlash/EAGLE3 inject the target's hidden states into the drafter as embedding batches
         fill = (batches["context"] == "unknown") & batches["embd"].fillna(False).astype(bool)
         if fill.any():
