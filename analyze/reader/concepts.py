@@ -142,13 +142,12 @@ CONCEPTS: tuple[Concept, ...] = (
     _c("assert", "assert",
        r"GGML_ASSERT",
        rf"{_B}assert(?:ion)?{_S}(?:failed|failure|error)",
-       r"terminate called after throwing",
        r"GGML_ABORT|ggml_abort",
        r"^\W*(?-i:Aborted|Abort trap)(?:\W|$)",
-       # (MSVC's `Assertion failed: cond, file f, line n` is the table's, patterns.py `msvc_assert`)
+       # (MSVC's `Assertion failed: cond, file f, line n` and libstdc++'s `terminate called after throwing` are the
+       # table's, patterns.py `msvc_assert` and `terminate`: an alternative here would never be asked)
        examples=("assertion failure in llama_batch_allocr::init",
                  "AssertionError: draft model returned no tokens",
-                 "terminate called after throwing an instance of 'std::runtime_error'",
                  "Abort trap: 6"),
        not_examples=("I aborted the request after a minute", "the assert is there for a reason")),
     _c("exception", "assert",
