@@ -19,6 +19,7 @@ from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import stale_drafter
 from kvtrace.analyze.reader.devices import devices_holding
 from kvtrace.analyze.reader.records import lines_of, opt_int
+from kvtrace.analyze.reader.spec import logged_type, spec_type
 from kvtrace.analyze.reader.verdict import failing_side
 
 if TYPE_CHECKING:
@@ -93,7 +94,6 @@ def env_of(result: ParseResult) -> Env:
     flags = meta.get("flags") or {}
     versions = meta.get("versions") or []
     build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
-    spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
     parallel = _flag(flags, "--parallel", "-np")
     try:
         parallel = int(parallel) if parallel not in (None, True) else None
@@ -102,9 +102,10 @@ def env_of(result: ParseResult) -> Env:
     kvu = _flag(flags, "--kv-unified", "-kvu")
     ev, err = result.events, result.errors
     patterns = set(ev["pattern"].dropna()) if len(ev) else set()
-    dflash = ("dflash" in str(spec).lower() or bool((ev["kind"] == "dflash").any())
+    dflash = ("dflash" in logged_type(meta).lower() or bool((ev["kind"] == "dflash").any())
               or bool(err["evidence"].fillna("").str.contains("dflash", case=False).any())
               or bool(patterns & {"dflash_clear_stale", "dflash_clear_seq", "dflash_histogram"}))
+    spec = spec_type(meta, dflash_lines=dflash)
     return Env(
         build=_safe(build.replace(" (", "-").rstrip(")")),
         backends=tuple(_safe(b) for b in meta.get("backends") or ()),

@@ -135,7 +135,7 @@ def test_seed_report_numbers_and_steps_fit_its_setup() -> None:
     assert m.match.facts == {"x": 259, "y_min": 1360, "y_max": 1362, "n": 3}
     assert {149, 156} <= {line for line, _ in m.match.evidence}
     env = m.env
-    assert (env.n_gpus, env.spec_type, env.kv_unified, env.parallel, env.dflash) == (2, "dflash", True, 1, True)
+    assert (env.n_gpus, env.spec_type, env.kv_unified, env.parallel, env.dflash) == (2, "draft-dflash", True, 1, True)
     assert env.build == "9459-07ac3cec6"
     steps = "\n".join(m.steps)
     assert "beellama.cpp v0.3.0 clears stale drafter KV" in steps
