@@ -67,6 +67,9 @@ def failure_words(p: Pattern, m: re.Match[str], line: str) -> str:
 
 
 INT = r"-?\d+"
+# a group between an opening and a closing (an assert's condition) spans at most this: a searched regex with an
+# unbounded one runs to the line's end from every opening, so a pasted line of repeated openings is quadratic
+SPAN = r".{0,256}"
 
 # Families:
 #   batch   LLAMA_BATCH_DEBUG dumps (llama-batch.cpp)
@@ -421,11 +424,11 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.01.000.000 E find_slot: n_tokens = 1024 > size = 512",)),
     # ---- asserts and aborts
     _p("encoder_assert", "failure", "encoder requires",
-       r"GGML_ASSERT\((?P<cond>.*encoder requires.*)\) failed", kind="assert", component="drafter",
+       r'GGML_ASSERT\((?P<cond>[^"]{0,160}"encoder requires[^"]{0,160}")\)\s*failed', kind="assert", component="drafter",
        words="GGML_ASSERT({cond})",
        builds="DFlash drafters are non-causal: llama_decode routes them through encode()", extra={"stage": "0"},
        examples=('/raid/models/llama-cpp-dflash/src/llama-context.cpp:2320: GGML_ASSERT(cparams.n_ubatch >= n_tokens && "encoder requires n_ubatch >= n_tokens") failed',)),
-    _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*?)\)\s*failed", kind="assert",
+    _p("ggml_assert", "failure", "GGML_ASSERT", rf"GGML_ASSERT\((?P<cond>{SPAN}?)\)\s*failed", kind="assert",
        extra={"stage": "0"}, words="GGML_ASSERT({cond})",
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
     _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>(?:[A-Za-z]:)?[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
@@ -442,23 +445,23 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="assert", builds="llama.cpp 2023 (`LLAMA_ASSERT: file:line: cond`)", extra={"stage": "0"},
        examples=(r"LLAMA_ASSERT: D:\a\llama.cpp\llama.cpp\llama.cpp:830: false",
                  "LLAMA_ASSERT: /home/user/llama.cpp/llama.cpp:1120: n_tokens <= n_batch")),
-    _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
+    _p("c_assert", "failure", "Assertion", rf"Assertion [`'\"](?P<cond>{SPAN})['\"] failed", kind="assert",
        extra={"stage": "0"}, words="assert({cond})",
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
        examples=("title: Eval bug: Assertion `count > 0 && count <= ctx->penalty_last_n' failed.",)),
     # MSVC's C runtime words the same assert its own way (`Assertion failed: expr, file path, line N`)
-    _p("msvc_assert", "failure", "Assertion failed: ", r"Assertion failed: (?P<cond>.+?), file ", kind="assert",
+    _p("msvc_assert", "failure", "Assertion failed: ", rf"Assertion failed: (?P<cond>{SPAN}?), file ", kind="assert",
        extra={"stage": "0"}, words="assert({cond})", builds="Windows builds (MSVC's assert)",
        # examples: the MSVC CRT's wording of assert (no capture has one)
        examples=("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234",)),
-    _p("ggml_abort", "failure", "GGML_ABORT", r"GGML_ABORT\((?P<cond>.*)\)", kind="assert", extra={"stage": "0"},
+    _p("ggml_abort", "failure", "GGML_ABORT", rf"GGML_ABORT\((?P<cond>{SPAN})\)", kind="assert", extra={"stage": "0"},
        # examples: the macro as a report quotes the code (the upstream speculative-type notes)
        examples=('    GGML_ABORT("failed to remove sequence %d\\n")',)),
     # what GGML_ABORT("fatal error") prints (ggml_abort: `%s:%d: ` then the message): the backend's own abort
     # line, before its backtrace, a CPU op it cannot run or a CUDA kernel it has no case for; a compiler's
     # `file.c:12:10: fatal error: x.h: No such file` has a column and a colon after it, so it is not read
     _p("ggml_fatal_error", "failure", "fatal error",
-       r"(?P<file>(?:[A-Za-z]:)?[^\s:]*\.(?:c|cc|cpp|cu|m)):(?P<at>\d+): fatal error\s*$", kind="assert",
+       r"(?P<file>(?:[A-Za-z]:)?[^\s:]{0,256}\.(?:c|cc|cpp|cu|m)):(?P<at>\d+): fatal error\s*$", kind="assert",
        builds="ggml (GGML_ABORT(\"fatal error\"))", extra={"stage": "0"},
        # examples: the CPU and CUDA backends' lines of tests/fixtures/blind/batch-10 reports 02 and 07
        examples=(r"E:\buun-llama-cpp\ggml\src\ggml-cpu\ggml-cpu.c:2455: fatal error",
