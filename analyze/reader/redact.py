@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypedDict, Unpack
 
 from kvtrace.analyze.reader.session import (
     KEY_PING_CONFIG,
@@ -53,6 +53,14 @@ class Rule:
     follow: str = ""  # ROW, QUOTE or TEXT: the match opens a piece that goes on over the next lines
     every: bool = False  # every match on a line (JSON values), on lines no line shape took
     examples: tuple[tuple[str, str], ...] = ()  # (real lines, what they redact to); see RULES
+
+
+class RuleOptions(TypedDict, total=False):
+    """What a rule may set beyond its name, anchor, regex and replacement (`_r`)."""
+
+    follow: str
+    every: bool
+    examples: tuple[tuple[str, str], ...]
 
 
 def _id() -> bytes:
@@ -99,7 +107,7 @@ def _json_array(m: re.Match[bytes]) -> bytes:
 
 
 def _r(name: str, what: str, anchor: bytes, regex: bytes, replace: Callable[[re.Match[bytes]], bytes],
-       **kw: Any) -> Rule:
+       **kw: Unpack[RuleOptions]) -> Rule:
     return Rule(name, what, anchor, re.compile(regex), replace, **kw)
 
 
@@ -116,7 +124,7 @@ _TOKEN_KEYS = rb"tokens|prompt_tokens|bytes|stop|input"
 # (tests/fixtures/scenarios) and from captures made with private prompts; shortened where a line's other
 # fields are many (the JSON lines), never otherwise changed.
 RULES: tuple[Rule, ...] = (
-    # ---- LLAMA_BATCH_DEBUG=2 token rows (log-format notes §3.1): `%4d: id = %6d (%16s), pos = %4d, ...`
+    # ---- LLAMA_BATCH_DEBUG=2 token rows (docs/llama-cpp-lines.md#batch-dumps): `%4d: id = %6d (%16s), pos = %4d, ...`
     _r("batch_token", "token text and id of a batch-dump row", b": id = ",
        rb"(?P<head>ubatch_print:\s+\d+: id =)\s*" + _INT +
        rb" \((?P<piece>.*)(?P<tail>\), pos =\s*" + _INT + rb", n_seq_id =.*output = " + _INT + rb".*)",
@@ -140,7 +148,8 @@ RULES: tuple[Rule, ...] = (
             "0.01.099.488 D ubatch_print:    13: id =      0 (      [redacted]\n"
             "), pos =   13, n_seq_id =  1, seq_id = [0], output = 0"),
        )),
-    # ---- draft candidates (§7 SPC_DBG): ` - seq_id %d, draft candidate %3d, pos %3d: %6d (%8.3f) '%s'`
+    # ---- draft candidates (docs/llama-cpp-lines.md#the-servers-lines):
+    #      ` - seq_id %d, draft candidate %3d, pos %3d: %6d (%8.3f) '%s'`
     _r("draft_candidate", "a draft candidate's token text and id", b"draft candidate",
        rb"(?P<head>draft candidate\s+\d+, pos\s+\d+:)\s*" + _INT + rb"(?P<mid> \([^)]*\) )'(?P<piece>.*)'$",
        _candidate,
@@ -305,7 +314,7 @@ class RedactSummary:
     cut: int = 0  # lines longer than the reader reads (MAX_LINE), cut there as the reader cuts them
     removed: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "lines": self.lines,
             "changed_lines": self.changed,
@@ -487,8 +496,8 @@ def redact_session(folder: Path) -> RedactSummary:
     session = Session(Path(folder))
     dest = session.path / SHAREABLE
     summary = redact_file(log_of(session.path), dest)
-    record: dict[str, Any] = {"log": SHAREABLE, "from": RAW_LOG, "at": now_iso(), **summary.to_dict()}
-    update: dict[str, Any] = {KEY_REDACTED: record}
+    record: dict[str, object] = {"log": SHAREABLE, "from": RAW_LOG, "at": now_iso(), **summary.to_dict()}
+    update: dict[str, object] = {KEY_REDACTED: record}
     ping = read_manifest(session.path).get(KEY_PING_CONFIG)
     if isinstance(ping, dict) and ping.get("prompt"):
         update[KEY_PING_CONFIG] = {**ping, "prompt": PLACEHOLDER.decode()}

@@ -14,7 +14,7 @@ DFlash fork is held to.
 
 from __future__ import annotations
 
-from typing import Any
+from kvtrace.analyze.reader.records import Meta
 
 MIRROR, OWN, NONE = "mirror", "own", "none"
 
@@ -40,7 +40,7 @@ _KEEPING = {
 }
 
 
-def logged_type(meta: dict[str, Any]) -> str:
+def logged_type(meta: Meta) -> str:
     """The speculative implementation as the log names it (its first), else the `--spec-type` flag, else ""."""
     impls = [str(i) for i in meta.get("spec_impls") or []]
     if impls:  # several (`--spec-type draft-simple,ngram-mod`): the one with a drafter context decides
@@ -54,13 +54,13 @@ def llama_name(spec: str) -> str:
     return LLAMA_NAMES.get(spec.strip().lower(), spec.strip())
 
 
-def spec_type(meta: dict[str, Any], *, dflash_lines: bool = False) -> str:
+def spec_type(meta: Meta, *, dflash_lines: bool = False) -> str:
     """The speculative type the log ran, in llama.cpp's names; "" where nothing names it, or `draft-dflash` when
     `dflash_lines` (a DFlash fork's own lines are in the log, and no start-up line named the type)."""
     return llama_name(logged_type(meta) or ("dflash" if dflash_lines else ""))
 
 
-def upstream_drafter(meta: dict[str, Any]) -> bool:
+def upstream_drafter(meta: Meta) -> bool:
     """Whether the log ran one of upstream's drafter types (`draft-dflash`, not a fork's `dflash`): upstream
     injects the target's hidden states into the drafter as embedding batches and drafts token by token."""
     return logged_type(meta).startswith(UPSTREAM_PREFIX)
@@ -73,7 +73,7 @@ def drafter_kv(spec: str) -> str:
     return _KEEPING.get(llama_name(spec), MIRROR)
 
 
-def keeping(meta: dict[str, Any]) -> str:
+def keeping(meta: Meta) -> str:
     """How the drafter of this log keeps its KV: meta's own answer, else worked out from its lines."""
     value = meta.get("drafter_kv")
     return str(value) if value in (MIRROR, OWN, NONE) else drafter_kv(spec_type(meta))
