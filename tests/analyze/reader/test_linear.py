@@ -19,6 +19,9 @@ MB = 1 << 20
 LIMIT_S = 1.0
 REGEXES = {k.removeprefix("kvtrace.analyze.reader."): v for k, v in project_regexes("kvtrace.analyze.reader").items()}
 NOT_YET_LINEAR = frozenset({
+    # reader/proof.py (issue 36, item 1), which arrived with a merge of main: superlinear when measured here
+    "proof._CALL", "proof._COMMAND", "proof._FENCE", "proof._LLAMA_FUNC", "proof._LOG_OPENING", "proof._QUOTED",
+    "proof._WORD",
     'concepts.CONCEPTS[assert].regex',
     'concepts.CONCEPTS[compute_failed].regex',
     'concepts.CONCEPTS[crash_signal].regex',
