@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
-from kvtrace.analyze.reader.spec import MIRROR, OWN, keeping
+from kvtrace.analyze.reader.spec import MIRROR, OWN, keeping, upstream_drafter
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
@@ -267,7 +267,7 @@ def default_tolerance(result: ParseResult) -> float:
         return float(max(1.0, span.mode().max())) if len(span) else 1.0
     sizes = pd.to_numeric(b.loc[b["context"] == "drafter", "n_tokens"], errors="coerce").dropna()
     block = float(sizes.mode().max()) if len(sizes) else 1.0
-    if str(result.meta.get("spec_type", "")).startswith("draft-"):
+    if upstream_drafter(result.meta):
         return max(block, float(draft_size))  # upstream EAGLE3 drafts token by token, up to the draft size ahead
     return block
 
@@ -294,7 +294,7 @@ def apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
 
 def _apart(result: ParseResult, seq_id: int | None, axis: XAxis) -> pd.DataFrame:
     keep = keeping(result.meta)
-    if keep == MIRROR and str(result.meta.get("spec_type", "")).startswith("draft-"):
+    if keep == MIRROR and upstream_drafter(result.meta):
         return _mirror_apart(result, seq_id, axis)
     if keep != OWN:
         target = stored_positions(result, "target", seq_id, axis)

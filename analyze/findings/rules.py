@@ -19,8 +19,8 @@ from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import stale_drafter
 from kvtrace.analyze.reader.devices import devices_holding
-from kvtrace.analyze.reader.normalize import message
 from kvtrace.analyze.reader.records import detail_of, lines_of, opt_int
+from kvtrace.analyze.reader.spec import logged_type, spec_type
 from kvtrace.analyze.reader.verdict import failing_side
 
 if TYPE_CHECKING:
@@ -106,7 +106,6 @@ def env_of(result: ParseResult) -> Env:
     flags = meta.get("flags") or {}
     versions = meta.get("versions") or []
     build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
-    spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
     given = _flag(flags, "--parallel", "-np")
     try:
         parallel = int(given) if given is not None and given is not True else None
@@ -115,9 +114,10 @@ def env_of(result: ParseResult) -> Env:
     kvu = _flag(flags, "--kv-unified", "-kvu")
     ev, err = result.events, result.errors
     patterns = set(ev["pattern"].dropna()) if len(ev) else set()
-    dflash = ("dflash" in str(spec).lower() or bool((ev["kind"] == "dflash").any())
+    dflash = ("dflash" in logged_type(meta).lower() or bool((ev["kind"] == "dflash").any())
               or bool(err["evidence"].fillna("").str.contains("dflash", case=False).any())
               or bool(patterns & {"dflash_clear_stale", "dflash_clear_seq", "dflash_histogram"}))
+    spec = spec_type(meta, dflash_lines=dflash)
     return Env(
         build=_safe(build.replace(" (", "-").rstrip(")")),
         backends=tuple(_safe(b) for b in meta.get("backends") or ()),
@@ -181,44 +181,10 @@ def _xy_lines(row: pd.Series) -> list[tuple[int, str]]:
     return keep
 
 
-# the failure's own words, as builds and runtimes vary them: an assert's condition in either of GGML_ASSERT's forms
-# (2023's `GGML_ASSERT: ggml.c:4000: cond`) or libc's; a GPU backend's error from its name on (a runtime's words
-# before it left out); paths cut to their file name; line numbers, addresses and other numbers left out
-_ASSERTED = re.compile(r"GGML_ASSERT\((?P<cond>.*?)\)\s*failed|GGML_ASSERT: [^:\s]+:\d+: (?P<old>.+)"
-                       r"|Assertion [`'\"](?P<libc>.+?)[`'\"] failed|Assertion failed: (?P<msvc>.+?), file ")
-_BACKEND_ERROR = re.compile(r"(?:CUDA|HIP|ROCm|SYCL|MUSA|CANN|Metal|Vulkan|OpenCL) error\b.*")
-_PATH = re.compile(r"(?:[A-Za-z]:)?[\\/]?(?:[\w.~@+=-]+[\\/])+(?P<base>[\w.+=-]+)")
-_LINE_NO = re.compile(r"(\.\w{1,4}):\d+(?::\d+)?")
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?!\w)")
-
-
-# llama.cpp's load error, nested as it re-raises it (`error loading model: error loading model architecture: ...`)
-_LOAD_ERROR = re.compile(r"error loading model(?: architecture)?:")
-
-
-def failure_words(line: str) -> str:
-    """What a failure line says, in the words that tell one bug from another: `GGML_ASSERT(cond)`, `CUDA error:
-    out of memory`, a load error's message, without the paths, line numbers and sizes that differ between runs."""
-    text = message(line)[:2000]  # the words are at a line's start; a pasted line can be 1 MB, and these scan it
-    if (m := _ASSERTED.search(text)) is not None:
-        ggml = m["cond"] if m["cond"] is not None else m["old"]
-        return f"GGML_ASSERT({ggml.strip()})" if ggml is not None else f"assert({(m['libc'] or m['msvc']).strip()})"
-    if (b := _BACKEND_ERROR.search(text)) is not None:
-        text = b.group(0)
-    text = text[:400]  # 120 characters are kept
-    text = _NUMBER.sub("N", _HEX.sub("0x…", _LINE_NO.sub(r"\1", _PATH.sub(lambda p: p["base"], text))))
-    return " ".join(text.split())[:120]
-
-
 def _identity(row: pd.Series) -> str:
-    """A failure's identity for clustering: its words (`failure_words`), or the concept that read a runtime's
-    words (a report's prose is no identity)."""
-    variant = str(row["variant"])
-    if variant.startswith(CONCEPT_PREFIX):
-        return variant
-    lines = lines_of(row["lines"])
-    return failure_words(lines[0][1]) if lines else variant
+    """A failure's identity for clustering: its words, read when its line matched (the reader's
+    `failure_words`), or the concept that read a runtime's words (a report's prose is no identity)."""
+    return str(row["words"]) if pd.notna(row["words"]) and row["words"] else str(row["variant"])
 
 
 def _block_lines(row: pd.Series, limit: int = 4) -> list[tuple[int, str]]:
@@ -470,12 +436,13 @@ def rule_model_load(result: ParseResult, _c: CycleStats) -> Match | None:
     if found is None:
         return None
     _, row = found
+    concept = str(row["variant"]).startswith(CONCEPT_PREFIX)
     lines = lines_of(row["lines"])
-    what = _LOAD_ERROR.split(lines[0][1] if lines else "")[-1].strip()[:160]
+    # the load error's own words (the table read its message), or the runtime's line that told it
+    what = lines[0][1].strip()[:160] if concept and lines else _identity(row)
     return Match(f"a start-up failure: the model did not load ({what}); the server stopped before serving.",
                  tuple(_block_lines(row)), {"what": what}, key="split_buffers" if "split buffers" in what else "load",
-                 identity=failure_words(what) if what and not str(row["variant"]).startswith(CONCEPT_PREFIX)
-                 else _identity(row))
+                 identity=_identity(row))
 
 
 HIDDEN_ALWAYS = ("t_layer_inp", "layer input tensor")  # EAGLE3's hooks on the target's layers

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtrace.analyze.reader.records import CONTEXT_NAMES, Meta
+from kvtrace.analyze.reader.spec import DRAFTER_NAMES
 
 
 @dataclass(slots=True)
@@ -146,7 +147,7 @@ def kv_through_batches(kv_line: np.ndarray, kv_context: np.ndarray, batch_line: 
 
 # A backtrace frame in one of these functions puts an abort on the draft side: the speculative code and the
 # draft context's own entry points (the rule: an assert whose backtrace runs through them).
-DRAFTER_FRAMES = ("common_speculative", "speculative_impl", "draft", "dflash", "_mtp", "eagle")
+DRAFTER_FRAMES = ("common_speculative", "speculative_impl", *DRAFTER_NAMES)
 
 
 def frame_side(fn: str) -> str:

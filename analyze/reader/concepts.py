@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from kvtrace.analyze.reader.normalize import parse_prefix
+from kvtrace.analyze.reader.spec import DRAFTER_NAMES
 
 CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recognised
 _S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`
@@ -31,7 +32,7 @@ def _code(n: int) -> str:
             rf"(?P<ret{n}>-?\d{{1,3}})(?:$|[\s),;'\"\]]))?")
 
 
-_DRAFT_WORDS = re.compile(r"draft|mtp|eagle|dflash|speculative", re.IGNORECASE)
+_DRAFT_WORDS = re.compile("|".join((*DRAFTER_NAMES, "speculative")), re.IGNORECASE)
 
 
 @dataclass(slots=True, frozen=True)
@@ -141,12 +142,12 @@ CONCEPTS: tuple[Concept, ...] = (
     _c("assert", "assert",
        r"GGML_ASSERT",
        rf"{_B}assert(?:ion)?{_S}(?:failed|failure|error)",
-       r"terminate called after throwing",
        r"GGML_ABORT|ggml_abort",
        r"^\W*(?-i:Aborted|Abort trap)(?:\W|$)",
-       examples=("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234",
+       # (MSVC's `Assertion failed: cond, file f, line n` and libstdc++'s `terminate called after throwing` are the
+       # table's, patterns.py `msvc_assert` and `terminate`: an alternative here would never be asked)
+       examples=("assertion failure in llama_batch_allocr::init",
                  "AssertionError: draft model returned no tokens",
-                 "terminate called after throwing an instance of 'std::runtime_error'",
                  "Abort trap: 6"),
        not_examples=("I aborted the request after a minute", "the assert is there for a reason")),
     _c("exception", "assert",

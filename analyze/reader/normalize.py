@@ -201,3 +201,19 @@ def message(line: str) -> str:
     """The line with its prefixes and markdown noise removed: what llama.cpp itself printed."""
     text = line[parse_prefix(line).start :]
     return readable(unescape(text.rstrip().rstrip("`").rstrip()))
+
+
+# a failure's words without what differs between runs: paths cut to their file name; line numbers, addresses and
+# other numbers left out (a backend's error or a load error's message, not an assert's condition, which is code)
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\\/]?(?:[\w.~@+=-]+[\\/])+(?P<base>[\w.+=-]+)")
+_LINE_NO = re.compile(r"(\.\w{1,4}):\d+(?::\d+)?")
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?!\w)")
+WORDS_KEPT = 120  # characters of a message's words that are kept: enough to tell one bug from another
+
+
+def plain_words(text: str) -> str:
+    """`text` without its paths, line numbers, addresses and numbers, its spaces collapsed, cut to WORDS_KEPT."""
+    text = text[: 4 * WORDS_KEPT]  # what is kept is at the start; a pasted line can be 1 MB
+    text = _NUMBER.sub("N", _HEX.sub("0x…", _LINE_NO.sub(r"\1", _PATH.sub(lambda p: p["base"], text))))
+    return " ".join(text.split())[:WORDS_KEPT]

@@ -18,7 +18,10 @@ that each holds the anchor, matches the regex and is given to its own entry by t
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
+
+from kvtrace.analyze.reader.normalize import message, plain_words
 
 
 @dataclass(slots=True, frozen=True)
@@ -32,13 +35,41 @@ class Pattern:
     builds: str = "upstream"
     extra: dict[str, str] = field(default_factory=dict)
     examples: tuple[str, ...] = ()  # the lines it is for, one per wording (see above)
+    # a failure's words (`failure_words`): a template over the named groups, `{cond}` as written (code), `{msg!n}`
+    # as plain words (`plain_words`); empty: the line's message as plain words
+    words: str = ""
 
 
 def _p(name: str, family: str, anchor: str, regex: str, **kw: object) -> Pattern:
     return Pattern(name, family, anchor, re.compile(regex), **kw)  # type: ignore[arg-type]
 
 
+class _Words(string.Formatter):
+    """str.format with one more conversion, `!n`: the field as plain words."""
+
+    def convert_field(self, value: object, conversion: str | None) -> object:
+        if conversion == "n":
+            return plain_words(str(value))
+        return super().convert_field(value, conversion)
+
+
+_WORDS = _Words()
+CODE_KEPT = 400  # characters of an assert's condition that are kept (a pasted line can be 1 MB)
+
+
+def failure_words(p: Pattern, m: re.Match[str], line: str) -> str:
+    """What the failure `p` matched in `line` says, in the words that tell one bug from another (clusters of
+    failures, a dataset's `failure`): read here, once, at match time."""
+    if not p.words:
+        return plain_words(message(line[: 16 * CODE_KEPT]))
+    groups = {k: (v or "")[:CODE_KEPT].strip() for k, v in m.groupdict().items()}
+    return _WORDS.format(p.words, **groups)
+
+
 INT = r"-?\d+"
+# a group between an opening and a closing (an assert's condition) spans at most this: a searched regex with an
+# unbounded one runs to the line's end from every opening, so a pasted line of repeated openings is quadratic
+SPAN = r".{0,256}"
 
 # Families:
 #   batch   LLAMA_BATCH_DEBUG dumps (llama-batch.cpp)
@@ -329,8 +360,11 @@ PATTERNS: tuple[Pattern, ...] = (
        r"unknown model architecture: '(?P<arch>dspark|dflash|eagle\d?)'", kind="load", extra={"stage": "1"},
        examples=("llama_model_load: error loading model: unknown model architecture: 'dspark'",
                  "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'dflash'")),
-    _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",
-       extra={"stage": "1"},
+    # the message is the innermost one, as llama.cpp re-raises it (`error loading model: error loading model
+    # architecture: ...`)
+    _p("model_load_error", "failure", "error loading model",
+       r"error loading model: (?:error loading model architecture: )?(?P<msg>.*)", kind="load", extra={"stage": "1"},
+       words="{msg!n}",
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
     # ---- b11434 and a turboquant-derived fork (docs/llama-cpp-lines.md#newer-builds-and-forks): failures of
     # their own wording
@@ -398,14 +432,16 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.01.000.000 E find_slot: n_tokens = 1024 > size = 512",)),
     # ---- asserts and aborts
     _p("encoder_assert", "failure", "encoder requires",
-       r"GGML_ASSERT\((?P<cond>.*encoder requires.*)\) failed", kind="assert", component="drafter",
+       r'GGML_ASSERT\((?P<cond>[^"]{0,160}"encoder requires[^"]{0,160}")\)\s*failed', kind="assert", component="drafter",
+       words="GGML_ASSERT({cond})",
        builds="DFlash drafters are non-causal: llama_decode routes them through encode()", extra={"stage": "0"},
        examples=('/raid/models/llama-cpp-dflash/src/llama-context.cpp:2320: GGML_ASSERT(cparams.n_ubatch >= n_tokens && "encoder requires n_ubatch >= n_tokens") failed',)),
-    _p("ggml_assert", "failure", "GGML_ASSERT", r"GGML_ASSERT\((?P<cond>.*)\) failed", kind="assert",
-       extra={"stage": "0"},
+    _p("ggml_assert", "failure", "GGML_ASSERT", rf"GGML_ASSERT\((?P<cond>{SPAN}?)\)\s*failed", kind="assert",
+       extra={"stage": "0"}, words="GGML_ASSERT({cond})",
        examples=("/home/user/llama.cpp-b9550/ggml/src/ggml-backend.cpp:194: GGML_ASSERT(buffer) failed",)),
     _p("ggml_assert_old", "failure", "GGML_ASSERT: ", r"GGML_ASSERT: (?P<file>(?:[A-Za-z]:)?[^\s:]+):(?P<at>\d+): (?P<cond>.*)",
        kind="assert", builds="ggml 2023 (`GGML_ASSERT: file:line: cond`)", extra={"stage": "0"},
+       words="GGML_ASSERT({cond})",
        # examples: ggml.h's 2023 macro as it printed (fprintf(stderr, "GGML_ASSERT: %s:%d: %s\n", ...))
        examples=("GGML_ASSERT: /home/user/llama.cpp/ggml.c:4785: view_src == NULL || data_size + view_offs <= ggml_nbytes(view_src)",
                  "[1707364943] GGML_ASSERT: llama.cpp:9186: n_tokens <= n_batch",
@@ -417,18 +453,23 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="assert", builds="llama.cpp 2023 (`LLAMA_ASSERT: file:line: cond`)", extra={"stage": "0"},
        examples=(r"LLAMA_ASSERT: D:\a\llama.cpp\llama.cpp\llama.cpp:830: false",
                  "LLAMA_ASSERT: /home/user/llama.cpp/llama.cpp:1120: n_tokens <= n_batch")),
-    _p("c_assert", "failure", "Assertion", r"Assertion [`'\"](?P<cond>.*)['\"] failed", kind="assert",
-       extra={"stage": "0"},
+    _p("c_assert", "failure", "Assertion", rf"Assertion [`'\"](?P<cond>{SPAN})['\"] failed", kind="assert",
+       extra={"stage": "0"}, words="assert({cond})",
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
        examples=("title: Eval bug: Assertion `count > 0 && count <= ctx->penalty_last_n' failed.",)),
-    _p("ggml_abort", "failure", "GGML_ABORT", r"GGML_ABORT\((?P<cond>.*)\)", kind="assert", extra={"stage": "0"},
+    # MSVC's C runtime words the same assert its own way (`Assertion failed: expr, file path, line N`)
+    _p("msvc_assert", "failure", "Assertion failed: ", rf"Assertion failed: (?P<cond>{SPAN}?), file ", kind="assert",
+       extra={"stage": "0"}, words="assert({cond})", builds="Windows builds (MSVC's assert)",
+       # examples: the MSVC CRT's wording of assert (no capture has one)
+       examples=("Assertion failed: n_tokens <= n_batch, file llama.cpp, line 1234",)),
+    _p("ggml_abort", "failure", "GGML_ABORT", rf"GGML_ABORT\((?P<cond>{SPAN})\)", kind="assert", extra={"stage": "0"},
        # examples: the macro as a report quotes the code (docs/llama-cpp-lines.md#speculative-decoding-upstream)
        examples=('    GGML_ABORT("failed to remove sequence %d\\n")',)),
     # what GGML_ABORT("fatal error") prints (ggml_abort: `%s:%d: ` then the message): the backend's own abort
     # line, before its backtrace, a CPU op it cannot run or a CUDA kernel it has no case for; a compiler's
     # `file.c:12:10: fatal error: x.h: No such file` has a column and a colon after it, so it is not read
     _p("ggml_fatal_error", "failure", "fatal error",
-       r"(?P<file>(?:[A-Za-z]:)?[^\s:]*\.(?:c|cc|cpp|cu|m)):(?P<at>\d+): fatal error\s*$", kind="assert",
+       r"(?P<file>(?:[A-Za-z]:)?[^\s:]{0,256}\.(?:c|cc|cpp|cu|m)):(?P<at>\d+): fatal error\s*$", kind="assert",
        builds="ggml (GGML_ABORT(\"fatal error\"))", extra={"stage": "0"},
        # examples: the CPU and CUDA backends' lines of tests/fixtures/blind/batch-10 reports 02 and 07
        examples=(r"E:\buun-llama-cpp\ggml\src\ggml-cpu\ggml-cpu.c:2455: fatal error",
@@ -440,6 +481,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the shell's report of the crash (no capture has one)
        examples=("Aborted (core dumped)",)),
     _p("cuda_error", "failure", "CUDA error", r"CUDA error: (?P<cond>.*)", kind="assert", extra={"stage": "0"},
+       words="CUDA error: {cond!n}",
        # examples: as tests/analyze/reader/test_walker.py reads it (no capture has one)
        examples=("CUDA error: an illegal memory access was encountered",)),
     # the CUDA backend naming the op it could not run (ggml_cuda_compute_forward), before its CUDA error and

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from kvtrace.analyze.reader.spec import DRAFTER_NAMES
+
 # a draft acceptance told in the report's words, not a log line's (`very low draft acceptance, ~0.5`, "`draft
 # acceptance` 0.41-0.65", `an acceptance rate of 65 %`): a speculative run's statistics, kept apart from the
 # log's own counts (they never enter the acceptance figures)
@@ -32,7 +34,8 @@ PROSE_ACCEPTANCE_WORDS = re.compile(
 # `ngram_mod`, `ngram-k4v`): the figures are a measured speculative setup's; speculative decoding named in general
 # (`./speculative always reports 100 %`) is not enough
 DRAFTER_NAMED = re.compile(
-    r"\b(?:mtp|eagle\d?|dflash|dspark|medusa)\b|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s"
+    rf"\b(?:{'|'.join(n for n in DRAFTER_NAMES if n != 'draft')})\d?\b"  # `draft` alone is too common a word
+    r"|\bdraft[- ](?:model|head)|(?:^|\s)(?:-md|--model-draft)\s"
     r"|\bngram[-_](?:simple|map-k(?:4v)?|mod|k4v)\b",
     re.IGNORECASE)
 

@@ -30,6 +30,7 @@ class Failure:
     t: float
     kind: str
     variant: str = ""
+    words: str = ""  # what its first line says, in the words that tell one bug from another (patterns.failure_words)
     seq_id: int | None = None
     last_pos: int | None = None
     batch_start: int | None = None

@@ -18,16 +18,30 @@ from kvtrace.analyze.reader.records import Meta
 
 MIRROR, OWN, NONE = "mirror", "own", "none"
 
-# implementation names (`adding speculative implementation '...'`, `called impl ...`, `--spec-type`)
+# the words that name a drafter, in a function's name, a line or a report (`common_speculative_impl_draft_eagle3`,
+# `dflash: drafter decode failed`, `MTP active`): one list for every module that asks whether a text is the draft's
+DRAFTER_NAMES: tuple[str, ...] = ("draft", "mtp", "eagle", "dflash", "dspark", "medusa")
+# upstream names its drafter types `draft-*` (draft-simple, draft-dflash, draft-eagle3, draft-mtp); a fork names its
+# own bare (beellama.cpp's `dflash`): the prefix tells upstream's implementation from a fork's
+UPSTREAM_PREFIX = "draft-"
+
+# llama.cpp's own names (`--spec-type`, common/speculative.cpp's name map) for the types forks and older builds
+# spell their own way: beellama.cpp's `dflash`, an older upstream's `draft`; every output says a type by these, so
+# a `GROUP BY spec_type` counts one type once
+LLAMA_NAMES = {
+    "dflash": "draft-dflash", "dspark": "draft-dspark", "eagle3": "draft-eagle3", "eagle": "draft-eagle3",
+    "mtp": "draft-mtp", "draft": "draft-simple", "draft-model": "draft-simple",
+}
+
+# how each type keeps the drafter's KV (by llama.cpp's name)
 _KEEPING = {
-    "draft-simple": OWN, "draft": OWN, "draft-model": OWN,
-    "draft-dflash": MIRROR, "dflash": MIRROR, "draft-dspark": MIRROR, "draft-eagle3": MIRROR, "eagle3": MIRROR,
-    "draft-mtp": MIRROR, "mtp": MIRROR, "draft-mtp-adaptive": MIRROR,
+    "draft-simple": OWN, "draft-dflash": MIRROR, "draft-dspark": MIRROR, "draft-eagle3": MIRROR,
+    "draft-mtp": MIRROR, "draft-mtp-adaptive": MIRROR,
 }
 
 
-def spec_type(meta: Meta) -> str:
-    """The speculative implementation the log names (its first), else the `--spec-type` flag, else ""."""
+def logged_type(meta: Meta) -> str:
+    """The speculative implementation as the log names it (its first), else the `--spec-type` flag, else ""."""
     impls = [str(i) for i in meta.get("spec_impls") or []]
     if impls:  # several (`--spec-type draft-simple,ngram-mod`): the one with a drafter context decides
         return next((i for i in impls if not i.startswith("ngram")), impls[0])
@@ -35,11 +49,28 @@ def spec_type(meta: Meta) -> str:
     return str(flag) if isinstance(flag, str) else ""
 
 
+def llama_name(spec: str) -> str:
+    """A speculative type's name as llama.cpp spells it (`dflash` -> `draft-dflash`); unknown names as they are."""
+    return LLAMA_NAMES.get(spec.strip().lower(), spec.strip())
+
+
+def spec_type(meta: Meta, *, dflash_lines: bool = False) -> str:
+    """The speculative type the log ran, in llama.cpp's names; "" where nothing names it, or `draft-dflash` when
+    `dflash_lines` (a DFlash fork's own lines are in the log, and no start-up line named the type)."""
+    return llama_name(logged_type(meta) or ("dflash" if dflash_lines else ""))
+
+
+def upstream_drafter(meta: Meta) -> bool:
+    """Whether the log ran one of upstream's drafter types (`draft-dflash`, not a fork's `dflash`): upstream
+    injects the target's hidden states into the drafter as embedding batches and drafts token by token."""
+    return logged_type(meta).startswith(UPSTREAM_PREFIX)
+
+
 def drafter_kv(spec: str) -> str:
     """mirror, own or none (see the module's docstring); mirror when the type is not named."""
     if spec.startswith("ngram"):
         return NONE
-    return _KEEPING.get(spec, MIRROR)
+    return _KEEPING.get(llama_name(spec), MIRROR)
 
 
 def keeping(meta: Meta) -> str:

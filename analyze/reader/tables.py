@@ -4,7 +4,8 @@ Columns (issue "Log reader"):
 - batches: batch, line, t, context, context_confidence, seq_id, n_tokens, pos_min, pos_max, n_outputs, embd, ok
   (one row per input batch and sequence in it: almost always one row per batch)
 - kv: line, t, context, cache_size, stream, seq_id, pos_min, pos_max
-- errors: line, t, kind, variant, seq_id, last_pos, batch_start, ret, component, evidence (+ evidence_line, batch)
+- errors: line, t, kind, variant, words, seq_id, last_pos, batch_start, ret, component, evidence (+ evidence_line,
+  batch)
 - events: line, t, kind, context, seq_id, pos, pattern, slot, task, accepted, generated, detail (JSON text: every
   field of the line, for export; what consumers read has its own column)
 """
@@ -23,15 +24,15 @@ from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_th
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.normalize import readable
 from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
-from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
+from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type, upstream_drafter
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
 
 BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id", "n_tokens", "pos_min",
                  "pos_max", "n_outputs", "embd", "ok"]
 KV_COLUMNS = ["line", "t", "context", "cache_size", "stream", "seq_id", "pos_min", "pos_max"]
-ERROR_COLUMNS = ["line", "t", "kind", "variant", "seq_id", "last_pos", "batch_start", "ret", "component",
-                 "evidence", "evidence_line", "batch", "lines", "proof"]
+ERROR_COLUMNS = ["line", "t", "kind", "variant", "words", "seq_id", "last_pos", "batch_start", "ret",
+                 "component", "evidence", "evidence_line", "batch", "lines", "proof"]
 EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "pattern", "slot", "task", "accepted", "generated",
                  "detail"]
 CONTEXT_DTYPE = pd.CategoricalDtype(["target", "drafter", "unknown"])
@@ -136,6 +137,7 @@ def build_errors(fs: list[Failure]) -> pd.DataFrame:
         "t": _column([f.t for f in fs], "float64"),
         "kind": _column([f.kind for f in fs], "string"),
         "variant": _column([f.variant for f in fs], "string"),
+        "words": _column([f.words for f in fs], "string"),
         "seq_id": _column([f.seq_id for f in fs], "Int64"),
         "last_pos": _column([f.last_pos for f in fs], "Int64"),
         "batch_start": _column([f.batch_start for f in fs], "Int64"),
@@ -243,7 +245,7 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
         ctx, conf = no_drafter(len(batches))
         batches["context"] = pd.Categorical(ctx, dtype=CONTEXT_DTYPE)
         batches["context_confidence"] = conf
-    elif keep == MIRROR and spec_type(w.meta).startswith("draft-") and len(batches):
+    elif keep == MIRROR and upstream_drafter(w.meta) and len(batches):
         # upstream DFlash/EAGLE3 inject the target's hidden states into the drafter as embedding batches
         fill = (batches["context"] == "unknown") & batches["embd"].fillna(False).astype(bool)
         if fill.any():

@@ -32,7 +32,7 @@ from kvtrace.analyze.reader.normalize import (
     uncut,
     unescape,
 )
-from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
+from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern, failure_words
 from kvtrace.analyze.reader.proof import (
     SOURCE_LANGS,
     closes_fence,
@@ -357,7 +357,7 @@ class Walker:
     def _concept_failure(self, concept: Concept, ret: int | None, no: int, line: str) -> None:
         kind = "kv_slot" if ret == 1 and concept.kind == "decode_failed" else concept.kind
         f = self._open_failure(no, line, kind, 4)
-        f.variant, f.ret = concept.variant, ret
+        f.variant, f.words, f.ret = concept.variant, concept.variant, ret
         f.proof = self._proof(line)
         side = side_of(line)
         if side != "unknown":
@@ -546,7 +546,7 @@ class Walker:
                 kind == "y" and f.batch_start is not None) or (f.seq_id is not None and f.seq_id != seq):
             f = self._open_failure(no, line, "inconsistent_positions", 0)
             f.has_block = True
-            f.variant = "unclosed"
+            f.variant, f.words = "unclosed", failure_words(p, m, line)
             f.seq_id = seq
         assert f is not None
         f.block_open = True
@@ -568,7 +568,7 @@ class Walker:
         if (f is None or stage == 0 or stage < f.stage or (stage == f.stage and stage < 4)
                 or f.variant.startswith(CONCEPT_PREFIX)):  # llama.cpp's own line after a wrapper's: its own failure
             f = self._open_failure(no, line, kind, stage)
-            f.variant = p.name
+            f.variant, f.words = p.name, failure_words(p, m, line)
         elif SEVERITY.get(kind, 0) > SEVERITY.get(f.kind, 0):
             f.kind, f.variant = kind, p.name
         elif p.kind == "kv_slot" and f.kind == "decode_failed" and f.ret is None:
@@ -594,7 +594,7 @@ class Walker:
                 self._concept_failure(CRASH, None, no, line)
             elif kind := p.extra.get("alone"):  # a line that is a failure of its own where none is open
                 f = self._open_failure(no, line, kind, 0)
-                f.variant = p.name
+                f.variant, f.words = p.name, failure_words(p, m, line)
                 f.add_line(no, line)
             return
         side = frame_side(m["fn"]) if p.name == "frame" else p.component

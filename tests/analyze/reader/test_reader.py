@@ -131,6 +131,6 @@ def test_a_fork_dflash_log_names_its_speculative_type() -> None:
     cap = "0.00.035.194 I dflash: setting -cd to 256 (drafter doesn't need the full main ctx; pass -cd N to override)\n"
     for text in (contract, cap):
         r = analyze.parse(text.encode())
-        assert (r.meta["spec_type"], r.meta["drafter_kv"]) == ("dflash", "mirror")
+        assert (r.meta["spec_type"], r.meta["drafter_kv"]) == ("draft-dflash", "mirror")  # llama.cpp's name
         assert r.events.empty  # the contract's key=value body is not taken as a DFlash debug event
-    assert analyze.parse(ROOT / "samples" / "healthy").meta["spec_type"] == "dflash"  # the engine's fork flavour
+    assert analyze.parse(ROOT / "samples" / "healthy").meta["spec_type"] == "draft-dflash"  # the engine's fork flavour
