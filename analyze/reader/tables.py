@@ -20,6 +20,7 @@ import pandas as pd
 
 from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
 from kvtrace.analyze.reader.devices import placement
+from kvtrace.analyze.reader.jsonl import text_meta
 from kvtrace.analyze.reader.normalize import readable
 from kvtrace.analyze.reader.records import NA, Event, Failure
 from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
@@ -218,6 +219,8 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "kv_cache_debug": len(w.kv) > 0,
         "warnings": warnings,
     })
+    # the log's format (llama.cpp's JSON log or text), its object counts and typed events
+    meta.update(w.jsonl.meta() if w.jsonl is not None else text_meta())
     return meta
 
 

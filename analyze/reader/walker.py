@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtrace.analyze.reader.attribution import caller_side, frame_side
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
@@ -58,6 +58,9 @@ if os.environ.get("KVTRACE_PURE_PYTHON"):  # the walker alone: to compare with, 
     _skim = None  # type: ignore[assignment]
 
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
+if TYPE_CHECKING:
+    from kvtrace.analyze.reader.jsonl import JsonlLog
+
 _SLOT = re.compile(r": id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")  # a slot line's `id N | task M |`
 _NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
 
@@ -108,6 +111,7 @@ class Walker:
         # of the pieces before it): no record depends on the meta, only the meta on what came before
         self.meta_lines: list[tuple[str, str]] | None = None
         self.first_abs_t: float | None = None
+        self.jsonl: JsonlLog | None = None  # the log is llama.cpp's JSON log (analyze/reader/jsonl.py) from here on
         self._dump = _OUT
         self._fragment = False
         self._fields: dict[str, str] = {}
