@@ -25,7 +25,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvtrace.analyze.reader.normalize import clean_chunk, parse_prefix
@@ -332,4 +332,3 @@ def merged(first: JsonlLog | None, other: JsonlLog | None) -> JsonlLog | None:
 
 __all__ = ["FIT_EVENT", "LOG_FORMAT", "JsonlLog", "LineMap", "close_log", "feed_log", "file_numbered", "holds_objects",
            "merged", "text_meta"]
-_ = fields  # dataclasses.fields stays importable here for the split merge's column walk
