@@ -967,15 +967,15 @@ PATTERNS: tuple[Pattern, ...] = (
                  "      --spec-draft-ngl all",
                  # examples: b11434's synthetic acceptance, as a command line in a report gives it
                  "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
-    # ---- anything else llama.cpp prints, to tell a log from prose
     # the speculative set-up's other outcome: where spec_impl names each implementation it added, this names none
     # (a drafter type whose draft context is missing is skipped silently), so the server runs without speculation
-    _p("spec_none", "generic", "no implementations specified",
-       r"no implementations specified for speculative decoding",
+    _p("spec_none", "meta", "no implementations specified",
+       r"no implementations specified for speculative decoding", kind="spec_none",
        # examples: upstream's SPC_TRC line, as LocalAI's gRPC stderr relays it (tests/fixtures/blind/batch-9, report 7)
        examples=("0.00.254.000 I spec common_specu: no implementations specified for speculative decoding",
                  'Apr 15 22:10:45 DEBUG GRPC stderr id="Gemma 31B - Q6_K speculative-127.0.0.1:39857" '
                  'line="no implementations specified for speculative decoding" caller={caller.file="/build/pkg/model/process.go"')),
+    # ---- anything else llama.cpp prints, to tell a log from prose
     # llama-server's timings on lines of their own (print_timing's message after its line break, 2024-25 builds),
     # bare or inside a runtime's logfmt (`msg="prompt eval time = ..." component=llama.cpp`)
     _p("timings", "generic", " time =",

@@ -15,6 +15,7 @@ from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from kvtrace.analyze.reader.normalize import message
 from kvtrace.analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from kvtrace.analyze.reader.spec import NO_TYPE
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
@@ -197,6 +198,16 @@ def _side_from_its_copy(rows: pd.DataFrame) -> pd.Series:
     return first
 
 
+# the server's own reason a run with a draft model drafts nothing (analyze/reader/spec.py's NO_TYPE)
+NO_TYPE_TEXT = (" No speculative type was chosen (the server says `no implementations specified for speculative "
+                "decoding`), so nothing drafted, whatever draft model was loaded: name one with `--spec-type` (the "
+                "server picks one from the draft file itself only for a DFlash or MTP draft model).")
+
+
+def _no_type(meta: dict[str, Any]) -> str:
+    return NO_TYPE_TEXT if meta.get("spec_type") == NO_TYPE else ""
+
+
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events, meta)
@@ -289,7 +300,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             summary = "A healthy speculative run: no failure in the log."
         if trims:
             summary += " " + trims_text(trims)
-        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
+        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary + _no_type(meta), [], **base)
     prose = events[events.kind == PROSE_ACCEPTANCE]
     if len(prose) and (meta.get("recognised_lines", 0) > 0 or speculative
                        or any(detail_of(d).get("drafter") for d in prose["detail"])):
@@ -301,6 +312,6 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
                        "report's words, not in log lines.", [], **base)
     if meta.get("recognised_lines", 0) > 0:
         return Verdict("other", "unknown", None, None, None, 0,
-                       "A llama.cpp log with no failure and no draft statistics.", [], **base)
+                       "A llama.cpp log with no failure and no draft statistics." + _no_type(meta), [], **base)
     return Verdict("no_log", "unknown", None, None, None, 0,
                    "No llama.cpp log lines found in this input: nothing to analyse.", [], **base)

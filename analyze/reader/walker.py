@@ -98,7 +98,7 @@ class Walker:
         # what the log says about its run (build, devices, contexts, flags...): ParseResult.meta is built on it
         self.meta: dict[str, Any] = {
             "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
-            "placement": {}, "rope": [], "arch": [], "mrope": False,
+            "placement": {}, "rope": [], "arch": [], "mrope": False, "spec_none": False,
         }
         # what the meta lines leave for the lines after them: the model loads so far (placement is worked
         # out from them at the end), and whether speculative decoding was announced yet (a load or a context
@@ -618,8 +618,25 @@ class Walker:
         # kept as JSON text at once: a dict per event would dominate memory on a big log
         text = readable(json.dumps(detail, sort_keys=True, ensure_ascii=False))
         accepted, generated = draft_counts(p.kind, p.name, detail)
-        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name,
-                                 int_or_none(detail.get("slot")), int_or_none(detail.get("task")), accepted, generated))
+        slot, task = int_or_none(detail.get("slot")), int_or_none(detail.get("task"))
+        if p.name == "accepted" and pos_i is not None and self._same_step(slot, task, accepted, generated, pos_i, text):
+            return
+        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name, slot, task, accepted,
+                                 generated))
+
+    def _same_step(self, slot: int | None, task: int | None, accepted: int | None, generated: int | None, pos: int,
+                   text: str) -> bool:
+        """Whether a step's `accepted A/N draft tokens, new n_tokens = P` line (DEBUG) is the second line of a step
+        already read: under LLAMA_TRACE the server prints the step at INFO first, without the position, so each
+        step would count twice. The earlier line takes the position and the step stays one event."""
+        for e in reversed(self.events[-8:]):
+            if e.pattern != "accepted" or e.slot != slot:
+                continue
+            if e.pos is None and (e.task, e.accepted, e.generated) == (task, accepted, generated):
+                e.pos, e.detail = pos, text
+                return True
+            return False  # the slot's last step is another one
+        return False
 
     def _mark_drafter(self) -> None:
         # candidates are printed from the logits of the decode that just ran: that batch was the drafter's
@@ -687,6 +704,8 @@ class Walker:
             meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": self.draft_seen})
         elif kind == "draft_marker":
             self.draft_seen = True
+        elif kind == "spec_none":  # the speculative set-up added no implementation: nothing will draft
+            meta["spec_none"] = True
         elif kind == "spec_impl":
             self.draft_seen = True
             if g["impl"] not in meta["spec_impls"]:
