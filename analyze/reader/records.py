@@ -10,7 +10,10 @@ import json
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NA = -(2**63)  # a missing integer inside an array('q')
 
@@ -87,6 +90,16 @@ class LiveStats:
 SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
                                  "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
 SUMMED_STATS += ("template_stats", "prose_stats", "json_n_draft")  # a script, a wrapper or a fork, its own way
+
+
+def verify_steps(events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the log's verify steps, one per step. Under LLAMA_TRACE the server prints every step at
+    INFO, `accepted  A/ N draft tokens` (no position); with `-v` it also prints most of them again at DEBUG,
+    `accepted A/N draft tokens, new n_tokens = P` (it skips the step that ends a request). So where the first
+    wording is there it alone counts the steps, else the second."""
+    steps = events[events["kind"] == "accepted"]
+    traced = steps[steps["pos"].isna()]
+    return traced if len(traced) else steps
 
 
 def int_or_none(v: Any) -> int | None:

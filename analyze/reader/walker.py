@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from kvtrace.analyze.reader.jsonl import JsonlLog
 
 _SLOT = re.compile(r": id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")  # a slot line's `id N | task M |`
+_RESPONSE_ID = re.compile(r'"id"\s*:\s*"(?P<id>(?:chatcmpl|cmpl)-[^"]+)"')  # an OpenAI-style response's id
 _NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
 
 # the batch-dump states
@@ -600,6 +601,8 @@ class Walker:
             detail.update(_KV_PAIR.findall(g["body"]))
         else:
             detail = {"pattern": p.name, **g}
+        if p.name == "json_draft_n" and (r := _RESPONSE_ID.search(line)) is not None:
+            detail["response"] = r["id"]  # a stream's chunks each carry the response's running totals
         s = _SLOT.search(line)
         if s is not None:
             detail["slot"] = int(s["slot"])
@@ -618,25 +621,8 @@ class Walker:
         # kept as JSON text at once: a dict per event would dominate memory on a big log
         text = readable(json.dumps(detail, sort_keys=True, ensure_ascii=False))
         accepted, generated = draft_counts(p.kind, p.name, detail)
-        slot, task = int_or_none(detail.get("slot")), int_or_none(detail.get("task"))
-        if p.name == "accepted" and pos_i is not None and self._same_step(slot, task, accepted, generated, pos_i, text):
-            return
-        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name, slot, task, accepted,
-                                 generated))
-
-    def _same_step(self, slot: int | None, task: int | None, accepted: int | None, generated: int | None, pos: int,
-                   text: str) -> bool:
-        """Whether a step's `accepted A/N draft tokens, new n_tokens = P` line (DEBUG) is the second line of a step
-        already read: under LLAMA_TRACE the server prints the step at INFO first, without the position, so each
-        step would count twice. The earlier line takes the position and the step stays one event."""
-        for e in reversed(self.events[-8:]):
-            if e.pattern != "accepted" or e.slot != slot:
-                continue
-            if e.pos is None and (e.task, e.accepted, e.generated) == (task, accepted, generated):
-                e.pos, e.detail = pos, text
-                return True
-            return False  # the slot's last step is another one
-        return False
+        self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name,
+                                 int_or_none(detail.get("slot")), int_or_none(detail.get("task")), accepted, generated))
 
     def _mark_drafter(self) -> None:
         # candidates are printed from the logits of the decode that just ran: that batch was the drafter's

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvtrace import analyze
+from kvtrace.analyze.findings.cycles import cycle_stats
 from kvtrace.analyze.reader.attribution import NO_DRAFTER_HOW
+from kvtrace.analyze.reader.records import verify_steps
 from kvtrace.analyze.reader.session import free_port
 from kvtrace.capture.models import ensure_models
 from tests.capture.capture_helpers import NEEDS_SERVER, run_kvtrace
@@ -71,7 +73,7 @@ def test_no_speculative_type_chosen_is_named(llama_server: Path, tmp_path: Path)
 @NEEDS_SERVER[1]
 def test_llama_trace_steps_are_counted_once(llama_server: Path, tmp_path: Path) -> None:
     """Under LLAMA_TRACE=1 the server prints each draft step twice: `accepted  A/ N draft tokens` at INFO and, with
-    `-v`, `accepted A/N draft tokens, new n_tokens = P` at DEBUG. One step is one event: the steps' drafts add up
+    `-v`, `accepted A/N draft tokens, new n_tokens = P` at DEBUG. Each step counts once: the steps' drafts add up
     to the requests' own `draft acceptance` lines."""
     pair = ensure_models()
     out = tmp_path / "s"
@@ -88,9 +90,10 @@ def test_llama_trace_steps_are_counted_once(llama_server: Path, tmp_path: Path) 
     assert len(info) >= len(debug) > 5  # both forms, one of each per step
     requests = [tuple(map(int, m)) for m in re.findall(r"\(\s*(\d+) accepted /\s*(\d+) generated\)", raw)]
     r = analyze.parse(str(out))
-    steps = r.events[r.events.kind == "accepted"]
-    assert len(steps) == len(info)  # one event per step, not per line
+    assert len(r.events[r.events.kind == "accepted"]) == len(info) + len(debug)  # every line is kept
+    steps = verify_steps(r.events)
+    assert len(steps) == len(info)  # one per step, not per line
     assert int(steps.generated.sum()) == sum(g for _, g in requests) > 0
     assert int(steps.accepted.sum()) == sum(a for a, _ in requests)
     assert r.verdict.acceptance["per_step_lines"] == len(info)
-    assert steps.pos.notna().sum() == len(debug)  # each step keeps the position its second line gave
+    assert cycle_stats(r).n_verify_steps == len(info)
