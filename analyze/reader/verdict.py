@@ -14,7 +14,15 @@ import pandas as pd
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from kvtrace.analyze.reader.normalize import message
-from kvtrace.analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from kvtrace.analyze.reader.records import (
+    PROSE_ACCEPTANCE,
+    SUMMED_STATS,
+    detail_of,
+    int_or_none,
+    lines_of,
+    opt_int,
+    verify_steps,
+)
 from kvtrace.analyze.reader.spec import NO_TYPE
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -87,15 +95,27 @@ def synthetic(events: pd.DataFrame, meta: dict[str, Any]) -> bool:
     return bool((events.kind == "synthetic").any()) or any(f in flags for f in SYNTHETIC_FLAGS)
 
 
+def running_totals(rows: pd.DataFrame) -> pd.DataFrame:
+    """Draft statistics to sum, with a streamed response counted once: with `timings_per_token` every chunk of a
+    stream carries the response's `timings` so far (`draft_n`, `draft_n_accepted`), so only its last chunk
+    counts."""
+    chunks = rows[rows.pattern == "json_draft_n"]
+    if chunks.empty:
+        return rows
+    ids = pd.Series([detail_of(d).get("response") for d in chunks["detail"]], index=chunks.index)
+    earlier = ids.notna() & ids.duplicated(keep="last")
+    return rows.drop(index=ids.index[earlier])
+
+
 def acceptance(events: pd.DataFrame, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
-    steps = events[events.kind == "accepted"]
+    steps = verify_steps(events)
     # per request if the log has them, else the run's totals in any wording, else the per-step lines
     rows = stats[stats.pattern == "draft_acceptance"]
     if rows.empty:
-        rows = stats[stats.pattern.isin(SUMMED_STATS)]
+        rows = running_totals(stats[stats.pattern.isin(SUMMED_STATS)])
     if rows.empty:
         rows = steps
     if rows.empty:
