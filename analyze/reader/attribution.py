@@ -10,11 +10,10 @@ names the side instead. Where nothing tells, the answer is `unknown`, never a gu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from kvtrace.analyze.reader.records import CONTEXT_NAMES
+from kvtrace.analyze.reader.records import CONTEXT_NAMES, Meta
 
 
 @dataclass(slots=True)
@@ -37,7 +36,7 @@ NO_DRAFTER_HOW = {
 }
 
 
-def map_sizes(sigs: dict[frozenset[int], int], meta: dict[str, Any], speculative: bool,
+def map_sizes(sigs: dict[frozenset[int], int], meta: Meta, speculative: bool,
               no_drafter_how: str | None = None) -> SizeMap:
     """Decide which find_slot cache sizes belong to the target and which to the drafter. `no_drafter_how`: the
     log is speculative with no drafter context that decodes (NO_DRAFTER_HOW's reasons), so every size is the

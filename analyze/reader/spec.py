@@ -14,7 +14,7 @@ DFlash fork is held to.
 
 from __future__ import annotations
 
-from typing import Any
+from kvtrace.analyze.reader.records import Meta
 
 MIRROR, OWN, NONE = "mirror", "own", "none"
 
@@ -29,7 +29,7 @@ _KEEPING = {
 NO_TYPE = "none"  # the server chose no speculative type (`no implementations specified ...`): nothing drafts
 
 
-def spec_type(meta: dict[str, Any]) -> str:
+def spec_type(meta: Meta) -> str:
     """The speculative implementation the log names (its first), else `none` where the server said it chose none
     (whatever `--spec-type` asked: a drafter type without its draft context is skipped), else the `--spec-type`
     flag, else ""."""
@@ -49,7 +49,7 @@ def drafter_kv(spec: str) -> str:
     return _KEEPING.get(spec, MIRROR)
 
 
-def keeping(meta: dict[str, Any]) -> str:
+def keeping(meta: Meta) -> str:
     """How the drafter of this log keeps its KV: meta's own answer, else worked out from its lines."""
     value = meta.get("drafter_kv")
     return str(value) if value in (MIRROR, OWN, NONE) else drafter_kv(spec_type(meta))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from array import array
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,7 @@ from kvtrace.analyze.reader.attribution import (
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.jsonl import text_meta
 from kvtrace.analyze.reader.normalize import readable
-from kvtrace.analyze.reader.records import NA, Event, Failure
+from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
 from kvtrace.analyze.reader.spec import MIRROR, NO_TYPE, NONE, drafter_kv, spec_type
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
@@ -133,7 +134,7 @@ def infer_components(w: Walker, batches: pd.DataFrame, kv: pd.DataFrame) -> None
             f.component, f.evidence = ctx, why
 
 
-def _column(values: list[Any], dtype: str) -> pd.Series:
+def _column(values: Sequence[object], dtype: str) -> pd.Series:
     return pd.Series(values, dtype=dtype)
 
 
@@ -207,8 +208,8 @@ def build_events(es: list[Event], kv: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes: int,
-               warnings: list[str]) -> dict[str, Any]:
-    meta = dict(w.meta)
+               warnings: list[str]) -> Meta:
+    meta = w.meta.copy()
     meta.update({
         "source": name,
         "bytes": n_bytes,
@@ -227,11 +228,23 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "warnings": warnings,
     })
     # the log's format (llama.cpp's JSON log or text), its object counts and typed events
-    meta.update(w.jsonl.meta() if w.jsonl is not None else text_meta())
+    fmt = w.jsonl.meta() if w.jsonl is not None else text_meta()
+    meta["log_format"], meta["log_jsonl"], meta["fit_memory_breakdown"] = (
+        str(fmt["log_format"]), dict(fmt["log_jsonl"]), list(fmt["fit_memory_breakdown"]))
     return meta
 
 
-def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+class Built(TypedDict):
+    """A walk's tables and meta (`build_all`), before the verdict."""
+
+    batches: pd.DataFrame
+    kv: pd.DataFrame
+    errors: pd.DataFrame
+    events: pd.DataFrame
+    meta: Meta
+
+
+def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
     speculative = is_speculative(w)
     spec = spec_type(w.meta)
     keep = drafter_kv(spec)
