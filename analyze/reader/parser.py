@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from kvtrace.analyze.reader.jsonl import close_log, feed_log, file_numbered
+from kvtrace.analyze.reader.feed import close_log, feed_log, file_numbered
 from kvtrace.analyze.reader.normalize import decode
 from kvtrace.analyze.reader.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
 from kvtrace.analyze.reader.source import (

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kvtrace.analyze.reader.devices import Layout
-from kvtrace.analyze.reader.jsonl import close_log, feed_log
+from kvtrace.analyze.reader.feed import close_log, feed_log
 from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA, Meta
 from kvtrace.analyze.reader.source import Opened, iter_chunks
 from kvtrace.analyze.reader.walker import Walker

@@ -4,7 +4,7 @@ reader's start-up (no pandas)."""
 
 from __future__ import annotations
 
-from kvtrace.analyze.reader.jsonl import feed_log
+from kvtrace.analyze.reader.feed import feed_log
 from kvtrace.analyze.reader.normalize import clean_chunk, decode
 from kvtrace.analyze.reader.records import CONTEXT_NAMES, NA, LiveStats
 from kvtrace.analyze.reader.walker import Walker
