@@ -137,6 +137,8 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
             return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings, opened.truncated)
         opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
     walker = Walker()
+    if opened.thread is not None:
+        walker.part_starts = frozenset(opened.thread.first_lines)
     bar = None
     if progress and (opened.size is None or opened.size > 32 << 20):
         from tqdm import tqdm
@@ -185,7 +187,7 @@ def _manifest_flags(source: Source, walker: Walker) -> None:
     line = read_manifest(folder).get(KEY_COMMAND_LINE) if folder is not None else None
     if not isinstance(line, str):
         return
-    walker.add_flags(line, only_new=True)
+    walker.add_flags(line, only_new=True, told=False)
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:

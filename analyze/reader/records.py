@@ -48,6 +48,9 @@ class Failure:
     batch: int | None = None
     lines: list[tuple[int, str]] = field(default_factory=list)
     keep_lines: bool = True
+    # what shows it (analyze/reader/proof.py): a llama.cpp line ("log", every table entry's), a runtime's own log
+    # words ("runtime") or only a sentence of the report ("prose"), as the concept layer tells them apart
+    proof: str = "log"
 
     def add_line(self, no: int, text: str) -> None:
         self.last_line = no
@@ -110,6 +113,7 @@ class Meta(TypedDict, total=False):
     contexts: list[ContextSeen]
     spec_impls: list[str]
     flags: dict[str, str | bool]  # command-line flags the log shows: a flag's value, True for a bare one
+    told_flags: list[str]  # those of `flags` only a sentence of the report named, never a command (walker.add_flags)
     placement: dict[str, Any]  # split mode, tensor split, and per model its devices' layers and buffers (devices.py)
     rope: list[str]
     arch: list[str]
