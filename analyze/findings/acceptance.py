@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from kvtrace.analyze.findings.counters import COUNTERS, line_arrivals, read_metrics
+from kvtrace.analyze.reader.records import verify_steps
 from kvtrace.analyze.reader.session import folder_of
 
 if TYPE_CHECKING:
@@ -65,9 +66,7 @@ class Acceptance:
 
 
 def _steps(ev: pd.DataFrame) -> pd.DataFrame:
-    steps = ev[ev["kind"] == "accepted"]
-    traced = steps[steps["pos"].isna()]  # LLAMA_TRACE's line, printed for every step
-    return traced if len(traced) else steps
+    return verify_steps(ev)  # LLAMA_TRACE's line where there, printed for every step
 
 
 def _rate(accepted: np.ndarray, drafted: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from kvtrace.analyze.reader.records import verify_steps
 from kvtrace.analyze.reader.session import KEY_METRICS, METRICS, folder_of, load_chunks, log_of, read_manifest
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ def line_arrivals(folder: Path, lines: np.ndarray) -> np.ndarray | None:
 def _log_rows(result: ParseResult) -> tuple[pd.DataFrame, str | None, list[str]]:
     ev = result.events
     steps = ev[ev["kind"] == "accepted"]
-    traced = steps[steps["pos"].isna()]
-    if len(traced):
+    traced = verify_steps(ev)
+    if len(traced) and traced["pos"].isna().all():  # LLAMA_TRACE's lines: every step
         return traced, PER_STEP, []
     per_request = ev[(ev["kind"] == "draft_stats") & (ev["pattern"] == "draft_acceptance")]
     if len(per_request):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
-from kvtrace.analyze.reader.records import detail_of, int_or_none
+from kvtrace.analyze.reader.records import detail_of, int_or_none, verify_steps
 from kvtrace.analyze.reader.spec import NONE, keeping
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
 
 def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[float]]:
     ev = result.events
-    steps = ev[ev["kind"] == "accepted"]
+    steps = verify_steps(ev)  # one per step: LLAMA_TRACE's and -v's lines are the same steps
     n_steps = len(steps)
     mean_len: float | None = None
     per_pos: list[float] = []

@@ -29,12 +29,29 @@ class SizeMap:
         return self.contexts.get(size, "unknown"), self.confidence.get(size, 0.0)
 
 
-def map_sizes(sigs: dict[frozenset[int], int], meta: Meta, speculative: bool) -> SizeMap:
-    """Decide which find_slot cache sizes belong to the target and which to the drafter."""
+# why a speculative log has no drafter context that decodes, by speculative type (analyze/reader/spec.py)
+NO_DRAFTER_HOW = {
+    "ngram": "no drafter context: the n-gram types draft from the text itself, so every batch is the target's",
+    "none": "no speculative type chosen (no implementations specified for speculative decoding): no drafter "
+            "decodes, so every batch is the target's",
+}
+
+
+def map_sizes(sigs: dict[frozenset[int], int], meta: Meta, speculative: bool,
+              no_drafter_how: str | None = None) -> SizeMap:
+    """Decide which find_slot cache sizes belong to the target and which to the drafter. `no_drafter_how`: the
+    log is speculative with no drafter context that decodes (NO_DRAFTER_HOW's reasons), so every size is the
+    target's."""
     out = SizeMap()
     if not sigs:
         return out
     groups = sorted(sigs, key=lambda s: sigs[s])  # in order of first appearance
+    if no_drafter_how is not None:
+        for group in groups:
+            for size in group:
+                out.contexts[size], out.confidence[size] = "target", 0.99
+        out.how = no_drafter_how
+        return out
     if len(groups) == 1:
         (group,) = groups
         if speculative:

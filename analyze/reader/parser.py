@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from kvtrace.analyze.reader.feed import close_log, feed_log, file_numbered
 from kvtrace.analyze.reader.normalize import decode
 from kvtrace.analyze.reader.session import KEY_COMMAND_LINE, VERDICT, folder_of, read_manifest, table_file
 from kvtrace.analyze.reader.source import (
@@ -85,7 +86,8 @@ class StreamParser(LiveParser):
             shown.append(copy.copy(w.open_failure))
         w.failures = shown
         try:
-            return _result(w, self.name, self.n_bytes, list(self.warnings))
+            with file_numbered(w):
+                return _result(w, self.name, self.n_bytes, list(self.warnings))
         finally:
             w.failures = kept
 
@@ -93,7 +95,7 @@ class StreamParser(LiveParser):
         if self._carry:
             self.feed_text(decode(self._carry) + "\n")
             self._carry = b""
-        self.walker.close()
+        close_log(self.walker)
         return _result(self.walker, self.name, self.n_bytes, self.warnings)
 
 
@@ -146,7 +148,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     n_bytes = 0
     try:
         for text in iter_chunks(opened):  # chunks end on a line break, all but the log's last
-            walker.feed_text(text)
+            feed_log(walker, text)
             if bar is not None:
                 pos = opened.raw.tell() if hasattr(opened.raw, "tell") else 0
                 bar.update(pos - bar.n)
@@ -158,7 +160,7 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
             bar.close()
         if opened.stream is not sys.stdin.buffer:
             opened.stream.close()
-    walker.close()
+    close_log(walker)
     _manifest_flags(source, walker)
     size = opened.size if opened.size is not None else n_bytes
     return _result(walker, opened.name, size, opened.warnings, opened.truncated, opened.thread)

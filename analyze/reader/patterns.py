@@ -89,8 +89,11 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.00.228.602 D ubatch_add: added ubatch to split:",)),
     _p("batch_field", "batch", "ubatch_print:",
        r"ubatch_print:\s+(?P<key>[a-z_]+)\s*= (?P<value>\S*)", kind="field",
+       # the last two: b11739's header lines, read and passed over like any field the walker does not use
        examples=("0.00.228.525 D ubatch_print:   n_tokens     = 2",
-                 "0.00.228.526 D ubatch_print:   n_seq_tokens = 1")),
+                 "0.00.228.526 D ubatch_print:   n_seq_tokens = 1",
+                 "0.00.228.527 D ubatch_print:   embd_state = (nil)",
+                 "0.00.228.531 D ubatch_print:   type       = (nil)")),
     _p("batch_seq_pos", "batch", ": pos = [",
        rf"init:\s+(?P<seq>\d+): pos = \[\s*(?P<pos_min>{INT}),\s*(?P<pos_max>{INT})\]", kind="seq_pos",
        examples=("0.01.099.514 D init:     0: pos = [   0,   23], cpl = -",)),
@@ -178,6 +181,25 @@ PATTERNS: tuple[Pattern, ...] = (
        rf"invalid seq_id\[(?P<i>\d+)\]\[\d+\] = (?P<seq>{INT}) >= (?P<max>\d+)", kind="decode_failed",
        # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: invalid seq_id[0][0] = 4 >= 4",)),
+    # b11739 (upstream llama-batch.cpp, the batch's content types): an input check reworded for batches whose
+    # entries may carry a token id, an embedding or both; read as decode_failed causes like the checks above
+    _p("entry_empty", "failure", "has neither a token id nor an embedding",
+       r"entry (?P<i>\d+) has neither a token id nor an embedding", kind="decode_failed",
+       builds="b11739 and later",
+       # examples: built to docs/llama-cpp-lines.md#newer-builds-and-forks
+       examples=("0.01.000.002 E init: entry 3 has neither a token id nor an embedding",)),
+    _p("entries_mixed", "failure", "cannot be mixed with other entries",
+       r"entries with both a token id and an embedding cannot be mixed with other entries", kind="decode_failed",
+       builds="b11739 and later",
+       # examples: built to docs/llama-cpp-lines.md#newer-builds-and-forks
+       examples=("0.01.000.002 E init: entries with both a token id and an embedding cannot be mixed with other "
+                 "entries",)),
+    _p("mixed_unsupported", "failure", "batches mixing token and embedding",
+       r"does not support batches mixing token and embedding entries", kind="decode_failed",
+       builds="b11739 and later",
+       # examples: built to docs/llama-cpp-lines.md#newer-builds-and-forks
+       examples=("0.01.000.002 E init: this model or context does not support batches mixing token and embedding "
+                 "entries",)),
     # ---- decode / encode failures and the callers that say which side failed (docs/llama-cpp-lines.md#decode-failures)
     _p("init_failed", "failure", "failed to initialize batch", r"failed to initialize batch",
        kind="decode_failed", extra={"stage": "1"},
@@ -1011,15 +1033,15 @@ PATTERNS: tuple[Pattern, ...] = (
                  "      --spec-draft-ngl all",
                  # examples: b11434's synthetic acceptance, as a command line in a report gives it
                  "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2")),
-    # ---- anything else llama.cpp prints, to tell a log from prose
     # the speculative set-up's other outcome: where spec_impl names each implementation it added, this names none
     # (a drafter type whose draft context is missing is skipped silently), so the server runs without speculation
-    _p("spec_none", "generic", "no implementations specified",
-       r"no implementations specified for speculative decoding",
+    _p("spec_none", "meta", "no implementations specified",
+       r"no implementations specified for speculative decoding", kind="spec_none",
        # examples: upstream's SPC_TRC line, as LocalAI's gRPC stderr relays it (tests/fixtures/blind/batch-9, report 7)
        examples=("0.00.254.000 I spec common_specu: no implementations specified for speculative decoding",
                  'Apr 15 22:10:45 DEBUG GRPC stderr id="Gemma 31B - Q6_K speculative-127.0.0.1:39857" '
                  'line="no implementations specified for speculative decoding" caller={caller.file="/build/pkg/model/process.go"')),
+    # ---- anything else llama.cpp prints, to tell a log from prose
     # llama-server's timings on lines of their own (print_timing's message after its line break, 2024-25 builds),
     # bare or inside a runtime's logfmt (`msg="prompt eval time = ..." component=llama.cpp`)
     _p("timings", "generic", " time =",

@@ -10,7 +10,10 @@ import json
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NA = -(2**63)  # a missing integer inside an array('q')
 
@@ -130,6 +133,20 @@ class Meta(TypedDict, total=False):
     batch_debug: bool
     kv_cache_debug: bool
     warnings: list[str]
+    spec_none: bool  # the server said it chose no speculative type (spec.py's NO_TYPE)
+    log_format: str  # "jsonl" (llama.cpp's --log-jsonl, analyze/reader/jsonl.py) or "text"
+    log_jsonl: dict[str, Any]  # a JSON log's object counts and typed events ({} for text)
+    fit_memory_breakdown: list[Any]  # the data of each fit_memory_breakdown event
+
+
+def verify_steps(events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the log's verify steps, one per step. Under LLAMA_TRACE the server prints every step at
+    INFO, `accepted  A/ N draft tokens` (no position); with `-v` it also prints most of them again at DEBUG,
+    `accepted A/N draft tokens, new n_tokens = P` (it skips the step that ends a request). So where the first
+    wording is there it alone counts the steps, else the second."""
+    steps = events[events["kind"] == "accepted"]
+    traced = steps[steps["pos"].isna()]
+    return traced if len(traced) else steps
 
 
 def int_or_none(v: Any) -> int | None:

@@ -6,8 +6,8 @@
 - own (draft-simple, a standalone draft model): the drafter keeps its own cache. It runs ahead of the target
   by up to the draft size while drafting, and after a new request it keeps its old cache until its next
   draft trims it: neither is a divergence, so the two are compared only when the drafter decodes;
-- none (n-gram self-speculation): there is no drafter context; every batch is the target's and "in step"
-  does not apply.
+- none (n-gram self-speculation, or no type chosen at all): there is no drafter context that decodes; every
+  batch is the target's and "in step" does not apply.
 An unnamed type (a fork's log, a paste without the start-up lines) is judged as mirror: the invariant every
 DFlash fork is held to.
 """
@@ -40,11 +40,18 @@ _KEEPING = {
 }
 
 
+NO_TYPE = "none"  # the server chose no speculative type (`no implementations specified ...`): nothing drafts
+
+
 def logged_type(meta: Meta) -> str:
-    """The speculative implementation as the log names it (its first), else the `--spec-type` flag, else ""."""
+    """The speculative implementation the log names (its first), else `none` where the server said it chose none
+    (whatever `--spec-type` asked: a drafter type without its draft context is skipped), else the `--spec-type`
+    flag, else ""."""
     impls = [str(i) for i in meta.get("spec_impls") or []]
     if impls:  # several (`--spec-type draft-simple,ngram-mod`): the one with a drafter context decides
         return next((i for i in impls if not i.startswith("ngram")), impls[0])
+    if meta.get("spec_none"):
+        return NO_TYPE
     flag = (meta.get("flags") or {}).get("--spec-type")
     return str(flag) if isinstance(flag, str) else ""
 
@@ -68,7 +75,7 @@ def upstream_drafter(meta: Meta) -> bool:
 
 def drafter_kv(spec: str) -> str:
     """mirror, own or none (see the module's docstring); mirror when the type is not named."""
-    if spec.startswith("ngram"):
+    if spec.startswith("ngram") or spec == NO_TYPE:
         return NONE
     return _KEEPING.get(llama_name(spec), MIRROR)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kvtrace.analyze.reader.devices import Layout
+from kvtrace.analyze.reader.feed import close_log, feed_log
 from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA, Meta
 from kvtrace.analyze.reader.source import Opened, iter_chunks
 from kvtrace.analyze.reader.walker import Walker
@@ -35,6 +36,7 @@ WARM_BYTES = 64 << 10  # read before a cut to rebuild the hint state (hints reac
 MIN_PIECE = 8 << 20  # below this a piece is not worth a process
 _BOUNDARY = b"input batch info:"
 # a cut line must take the walker's input-batch path and no other (the checks in Walker.feed come first)
+_JSON = b'"type"'  # a JSON log's object: such a log is read serially (its lines are numbered from its start)
 _NOT_ON_CUT = (b"ubatch_print:", b"find_slot: stream[", b": pos = [")
 @dataclass(slots=True)
 class Piece:
@@ -83,7 +85,8 @@ def _next_boundary(f: BinaryIO, at: int, size: int) -> int | None:
             if le < 0:
                 break  # the line goes on in the next read
             line = data[ls:le]
-            if b"init:" in line and not any(x in line for x in _NOT_ON_CUT) and (ls > 0 or _at_line_start(f, base)):
+            if (b"init:" in line and _JSON not in line and not any(x in line for x in _NOT_ON_CUT)
+                    and (ls > 0 or _at_line_start(f, base))):
                 return base + ls
             i = le
         cut = data.rfind(b"\n")
@@ -124,7 +127,7 @@ def _feed(w: Walker, path: Path, start: int, end: int) -> list[str]:
     opened = Opened(stream, str(path), end - start, stream)  # type: ignore[arg-type]
     try:
         for text in iter_chunks(opened):
-            w.feed_text(text)
+            feed_log(w, text)
     finally:
         stream.close()
     return opened.warnings
@@ -188,7 +191,7 @@ def parse_piece(path: Path, piece: Piece, state: Carried | None = None,
         w.meta_lines = []  # replayed onto the meta of the pieces before it in the merge
     start_state = carried(w)
     warnings = _feed(w, path, piece.start, piece.end)
-    w.close()
+    close_log(w)
     return PieceResult(w, start_state, carried(w), warnings)
 
 
@@ -203,8 +206,8 @@ PieceMap = Callable[[Callable[[tuple[str, Piece]], PieceResult], list[tuple[str,
 def split_walk(path: Path, jobs: int, piece_bytes: int | None = None,
                map_pieces: PieceMap | None = None) -> tuple[Walker, list[str]] | None:
     """The merged walker of a parallel parse, or None when the log must be read serially (too small, or
-    absolute timestamps whose origin is the first one in the whole log). `map_pieces` runs the pieces
-    instead of local processes."""
+    absolute timestamps whose origin is the first one in the whole log, or llama.cpp's JSON log). `map_pieces`
+    runs the pieces instead of local processes."""
     size = path.stat().st_size
     n = max(1, math.ceil(size / piece_bytes)) if piece_bytes else jobs
     if piece_bytes is None and size < 2 * MIN_PIECE:
@@ -222,6 +225,8 @@ def split_walk(path: Path, jobs: int, piece_bytes: int | None = None,
     else:
         results = [parse_piece(path, p) for p in pieces]
     if any(r.walker.first_abs_t is not None for r in results[1:]):
+        return None
+    if any(r.walker.jsonl is not None for r in results):  # a JSON log's lines are numbered from its start
         return None
     out = results[0].walker
     out.meta_lines = None

@@ -4,6 +4,7 @@ reader's start-up (no pandas)."""
 
 from __future__ import annotations
 
+from kvtrace.analyze.reader.feed import feed_log
 from kvtrace.analyze.reader.normalize import clean_chunk, decode
 from kvtrace.analyze.reader.records import CONTEXT_NAMES, NA, LiveStats
 from kvtrace.analyze.reader.startup import split_notices
@@ -32,8 +33,8 @@ class LiveParser:
         self.feed_text(decode(data[: cut + 1]))
 
     def feed_text(self, text: str) -> None:
-        """Whole lines of text (what `feed` cut at a line break)."""
-        self.walker.feed_text(clean_chunk(text))
+        """Whole lines of text (what `feed` cut at a line break), either log format."""
+        feed_log(self.walker, clean_chunk(text))
 
     def stats(self) -> LiveStats:
         """Running counts for a status line. Contexts here are provisional (largest cache = target)."""

@@ -20,11 +20,19 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
+from kvtrace.analyze.reader.attribution import (
+    NO_DRAFTER_HOW,
+    SizeMap,
+    attribute_batches,
+    kv_through_batches,
+    map_sizes,
+    no_drafter,
+)
 from kvtrace.analyze.reader.devices import placement
+from kvtrace.analyze.reader.jsonl import text_meta
 from kvtrace.analyze.reader.normalize import readable
 from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
-from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type, upstream_drafter
+from kvtrace.analyze.reader.spec import MIRROR, NO_TYPE, NONE, drafter_kv, spec_type, upstream_drafter
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
 
@@ -222,6 +230,10 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
         "kv_cache_debug": len(w.kv) > 0,
         "warnings": warnings,
     })
+    # the log's format (llama.cpp's JSON log or text), its object counts and typed events
+    fmt = w.jsonl.meta() if w.jsonl is not None else text_meta()
+    meta["log_format"], meta["log_jsonl"], meta["fit_memory_breakdown"] = (
+        str(fmt["log_format"]), dict(fmt["log_jsonl"]), list(fmt["fit_memory_breakdown"]))
     return meta
 
 
@@ -237,10 +249,12 @@ class Built(TypedDict):
 
 def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
     speculative = is_speculative(w)
-    sizes = map_sizes(w._sigs, w.meta, speculative)  # noqa: SLF001
+    spec = spec_type(w.meta)
+    keep = drafter_kv(spec)
+    why = NO_DRAFTER_HOW["none" if spec == NO_TYPE else "ngram"] if speculative and keep == NONE else None
+    sizes = map_sizes(w._sigs, w.meta, speculative, why)  # noqa: SLF001
     kv = build_kv(w, sizes)
     batches = build_batches(w, sizes, speculative)
-    keep = drafter_kv(spec_type(w.meta))
     if keep == NONE and len(batches):  # n-gram drafting has no drafter context
         ctx, conf = no_drafter(len(batches))
         batches["context"] = pd.Categorical(ctx, dtype=CONTEXT_DTYPE)

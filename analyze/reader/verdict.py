@@ -22,7 +22,9 @@ from kvtrace.analyze.reader.records import (
     int_or_none,
     lines_of,
     opt_int,
+    verify_steps,
 )
+from kvtrace.analyze.reader.spec import NO_TYPE
 from kvtrace.analyze.reader.thread import ThreadInfo
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
@@ -140,15 +142,27 @@ def synthetic(events: pd.DataFrame, meta: Meta) -> bool:
     return bool((events.kind == "synthetic").any()) or any(f in flags for f in SYNTHETIC_FLAGS)
 
 
+def running_totals(rows: pd.DataFrame) -> pd.DataFrame:
+    """Draft statistics to sum, with a streamed response counted once: with `timings_per_token` every chunk of a
+    stream carries the response's `timings` so far (`draft_n`, `draft_n_accepted`), so only its last chunk
+    counts."""
+    chunks = rows[rows.pattern == "json_draft_n"]
+    if chunks.empty:
+        return rows
+    ids = pd.Series([detail_of(d).get("response") for d in chunks["detail"]], index=chunks.index)
+    earlier = ids.notna() & ids.duplicated(keep="last")
+    return rows.drop(index=ids.index[earlier])
+
+
 def acceptance(events: pd.DataFrame, meta: Meta | None = None) -> AcceptanceSummary:
     """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
-    steps = events[events.kind == "accepted"]
+    steps = verify_steps(events)
     # per request if the log has them, else the run's totals in any wording, else the per-step lines
     rows = stats[stats.pattern == "draft_acceptance"]
     if rows.empty:
-        rows = stats[stats.pattern.isin(SUMMED_STATS)]
+        rows = running_totals(stats[stats.pattern.isin(SUMMED_STATS)])
     if rows.empty:
         rows = steps
     if rows.empty:
@@ -255,6 +269,16 @@ def _side_from_its_copy(rows: pd.DataFrame) -> pd.Series:
     return first
 
 
+# the server's own reason a run with a draft model drafts nothing (analyze/reader/spec.py's NO_TYPE)
+NO_TYPE_TEXT = (" No speculative type was chosen (the server says `no implementations specified for speculative "
+                "decoding`), so nothing drafted, whatever draft model was loaded: name one with `--spec-type` (the "
+                "server picks one from the draft file itself only for a DFlash or MTP draft model).")
+
+
+def _no_type(meta: Meta) -> str:
+    return NO_TYPE_TEXT if meta.get("spec_type") == NO_TYPE else ""
+
+
 def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events, meta)
@@ -356,7 +380,8 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: in
             summary = "A healthy speculative run: no failure in the log."
         if trims:
             summary += " " + trims_text(trims)
-        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], proof="log", **base)
+        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary + _no_type(meta), [], proof="log",
+                       **base)
     prose = events[events.kind == PROSE_ACCEPTANCE]
     if len(prose) and (meta.get("recognised_lines", 0) > 0 or speculative
                        or any(detail_of(d).get("drafter") for d in prose["detail"])):
@@ -368,6 +393,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: in
                        "report's words, not in log lines.", [], proof="prose", **base)
     if meta.get("recognised_lines", 0) > 0:
         return Verdict("other", "unknown", None, None, None, 0,
-                       "A llama.cpp log with no failure and no draft statistics.", [], proof="log", **base)
+                       "A llama.cpp log with no failure and no draft statistics." + _no_type(meta), [], proof="log",
+                       **base)
     return Verdict("no_log", "unknown", None, None, None, 0,
                    "No llama.cpp log lines found in this input: nothing to analyse.", [], **base)

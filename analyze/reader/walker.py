@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtrace.analyze.reader.attribution import caller_side, frame_side
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX, CRASH, Concept, code_of, crash_frame, recognise, side_of
@@ -68,7 +68,11 @@ if os.environ.get("KVTRACE_PURE_PYTHON"):  # the walker alone: to compare with, 
     _skim = None  # type: ignore[assignment]
 
 _KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
+if TYPE_CHECKING:
+    from kvtrace.analyze.reader.jsonl import JsonlLog
+
 _SLOT = re.compile(r": id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|")  # a slot line's `id N | task M |`
+_RESPONSE_ID = re.compile(r'"id"\s*:\s*"(?P<id>(?:chatcmpl|cmpl)-[^"]+)"')  # an OpenAI-style response's id
 _NIL = {"(nil)", "0x0", "(null)", "0", "NULL"}
 
 # the batch-dump states
@@ -105,7 +109,7 @@ class Walker:
         # what the log says about its run (build, devices, contexts, flags...): ParseResult.meta is built on it
         self.meta: Meta = {
             "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {}, "told_flags": [],
-            "placement": {}, "rope": [], "arch": [], "mrope": False,
+            "placement": {}, "rope": [], "arch": [], "mrope": False, "spec_none": False,
         }
         # what the meta lines leave for the lines after them: the model loads so far (placement is worked
         # out from them at the end), and whether speculative decoding was announced yet (a load or a context
@@ -118,6 +122,7 @@ class Walker:
         # of the pieces before it): no record depends on the meta, only the meta on what came before
         self.meta_lines: list[tuple[str, str]] | None = None
         self.first_abs_t: float | None = None
+        self.jsonl: JsonlLog | None = None  # the log is llama.cpp's JSON log (analyze/reader/jsonl.py) from here on
         self._dump = _OUT
         self._fragment = False
         self._fields: dict[str, str] = {}
@@ -649,6 +654,8 @@ class Walker:
             detail.update(_KV_PAIR.findall(g["body"]))
         else:
             detail = {"pattern": p.name, **g}
+        if p.name == "json_draft_n" and (r := _RESPONSE_ID.search(line)) is not None:
+            detail["response"] = r["id"]  # a stream's chunks each carry the response's running totals
         s = _SLOT.search(line)
         if s is not None:
             detail["slot"] = int(s["slot"])
@@ -736,6 +743,8 @@ class Walker:
             meta["contexts"].append({"kind": kind, "size": size, "after_draft_marker": self.draft_seen})
         elif kind == "draft_marker":
             self.draft_seen = True
+        elif kind == "spec_none":  # the speculative set-up added no implementation: nothing will draft
+            meta["spec_none"] = True
         elif kind == "spec_impl":
             self.draft_seen = True
             if g["impl"] not in meta["spec_impls"]:
