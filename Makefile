@@ -35,7 +35,7 @@ $(ENGINE_STAMP):
 	touch $@
 
 $(STAMP): pyproject.toml analyze/reader/_skim.c $(ENGINE_STAMP)
-	$(BIN)/pip install -q -e '.[engine,test,cluster]'
+	$(BIN)/pip install -q -e '.[engine,test,cluster,dashboard]'
 	mkdir -p $(VENV)/typecheck/kvtrace
 	ln -sfn ../../../analyze $(VENV)/typecheck/kvtrace/analyze
 	ln -sfn ../../../capture $(VENV)/typecheck/kvtrace/capture

@@ -43,6 +43,17 @@ def child_setup(follow: bool) -> Callable[[], None]:
     return setup
 
 
+def dashboard_missing() -> str | None:
+    """Why the dashboard cannot start in this installation (its extra not installed), or None."""
+    import importlib.util
+
+    lacking = [m for m in ("streamlit", "plotly") if importlib.util.find_spec(m) is None]
+    if not lacking:
+        return None
+    return (f"the dashboard needs {' and '.join(lacking)}, which the core install leaves out: "
+            "pip install 'kvtrace[dashboard]'")
+
+
 def start_dashboard(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None, *, follow: bool = False,
                     quiet: bool = False) -> Dashboard:
     from kvtrace.analyze.dashboard.launch import launch
@@ -124,6 +135,9 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
             raise click.UsageError(str(exc)) from None
     if not app_path().is_file():
         raise click.ClickException(f"the dashboard app is missing from this installation ({app_path().name})")
+    missing = dashboard_missing()
+    if missing is not None:
+        raise click.ClickException(missing)
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: listening on {host}: whoever can reach it can read the logs opened", err=True)
     dash = start_dashboard(source, host, port, follow=follow)
