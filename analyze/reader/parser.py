@@ -137,6 +137,8 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
         # too small to split, or one of the cases only a serial read gets right
         opened = open_source(source, name, links)
     walker = Walker()
+    if opened.thread is not None:
+        walker.part_starts = frozenset(opened.thread.first_lines)
     bar = None
     if progress and (opened.size is None or opened.size > 32 << 20):
         from tqdm import tqdm

@@ -45,6 +45,9 @@ class Failure:
     batch: int | None = None
     lines: list[tuple[int, str]] = field(default_factory=list)
     keep_lines: bool = True
+    # what shows it (analyze/reader/proof.py): a llama.cpp line ("log", every table entry's), a runtime's own log
+    # words ("runtime") or only a sentence of the report ("prose"), as the concept layer tells them apart
+    proof: str = "log"
 
     def add_line(self, no: int, text: str) -> None:
         self.last_line = no

@@ -30,7 +30,7 @@ BATCH_COLUMNS = ["batch", "line", "t", "context", "context_confidence", "seq_id"
                  "pos_max", "n_outputs", "embd", "ok"]
 KV_COLUMNS = ["line", "t", "context", "cache_size", "stream", "seq_id", "pos_min", "pos_max"]
 ERROR_COLUMNS = ["line", "t", "kind", "variant", "seq_id", "last_pos", "batch_start", "ret", "component",
-                 "evidence", "evidence_line", "batch", "lines"]
+                 "evidence", "evidence_line", "batch", "lines", "proof"]
 EVENT_COLUMNS = ["line", "t", "kind", "context", "seq_id", "pos", "pattern", "slot", "task", "accepted", "generated",
                  "detail"]
 CONTEXT_DTYPE = pd.CategoricalDtype(["target", "drafter", "unknown"])
@@ -145,6 +145,7 @@ def build_errors(fs: list[Failure]) -> pd.DataFrame:
         "batch": _column([f.batch for f in fs], "Int64"),
         "lines": _column([readable(json.dumps(f.lines, ensure_ascii=False)) if f.lines else "[]" for f in fs],
                          "string"),
+        "proof": _column([f.proof for f in fs], "string"),
     }, columns=ERROR_COLUMNS)
 
 

@@ -44,6 +44,9 @@ class Verdict:
     # "low" when only the failure-concept layer (analyze/reader/concepts.py) read the failure: a wrapper's wording
     confidence: str = "high"
     truncated: bool = False  # the input was read only in part: what is missing may hold more
+    # what the verdict stands on (analyze/reader/proof.py): "log" (llama.cpp's lines), "runtime" (a runtime's or
+    # wrapper's own log words), "prose" (only a sentence of the report: no side, no cause) or None (no log at all)
+    proof: str | None = None
     # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
     thread: dict[str, Any] | None = None
@@ -155,6 +158,10 @@ def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
     return text
 
 
+# what a failure of each kind is, in a sentence about a report that only tells of it
+TOLD = {"decode_failed": "a failed decode", "kv_slot": "a full KV cache", "load": "a model that failed to load",
+        "assert": "a crash or an abort", "error": "a failure"}
+
 # failures whose own words name what only a drafter has (an architecture no target model has): the draft side's
 # when no line of the failure named a side
 DRAFTER_ONLY = frozenset({"draft_arch_unknown"})
@@ -205,11 +212,14 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
     base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source, "truncated": truncated, "stale_trims": trims}
     speculative, whole_log = bool(meta.get("speculative")), not truncated
-    # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's)
+    # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's),
+    # and of those a sentence of the report only where no runtime's own line told one
     by_table = errors[~errors.variant.fillna("").str.startswith(CONCEPT_PREFIX)]
     if len(by_table) < len(errors):
         if by_table.empty:
             base["confidence"] = "low"
+            told = errors[errors.proof != "prose"]
+            errors = told if len(told) else errors
         else:
             errors = by_table
     if not pos.empty:
@@ -233,13 +243,16 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         _add_line(evidence, comp_line, errors)
         return Verdict("inconsistent_positions", comp, seq, opt_int(x_row["last_pos"]),
                        opt_int(first["batch_start"]) if not complete.empty else None, len(pos),
-                       _position_summary(pos, first), evidence, component_evidence=comp_line, **base)
+                       _position_summary(pos, first), evidence, component_evidence=comp_line, proof="log", **base)
     for kind in ("decode_failed", "kv_slot", "load", "assert", "error"):
         rows = errors[errors.kind == kind]
         if rows.empty:
             continue
         first = _side_from_its_copy(rows)
+        proof = str(first["proof"])
         comp, comp_line = failing_side(first, str(first["component"]), speculative, whole_log)
+        if proof == "prose":  # a sentence names no side: nothing a log printed decided one
+            comp, comp_line = "unknown", None
         side = f"the {comp}" if comp != "unknown" else "a"
         ret = opt_int(first["ret"])
         if kind == "decode_failed":
@@ -267,12 +280,15 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             verb = "aborted" if kind == "assert" else "reported an error"
             summary = f"llama.cpp {verb} ({comp} side): {what}"
             verdict_kind = "other"
-        if base.get("confidence") == "low":
+        if proof == "prose":
+            summary = (f"The report tells of {TOLD.get(kind, 'a failure')} only in its own words: no log line "
+                       "shows it, so kvtrace names no side and no cause. Attach the server's log.")
+        elif base.get("confidence") == "low":
             summary += " Read from a wrapper's wording of the failure (lower confidence): see the evidence line."
         evidence = _evidence(errors, first)
         _add_line(evidence, comp_line, errors)
         return Verdict(verdict_kind, comp, opt_int(first["seq_id"]), None, None, 0, summary, evidence,
-                       component_evidence=comp_line, **base)
+                       component_evidence=comp_line, proof=proof, **base)
     if acc or (events.kind == "draft_stats").any() or trims:
         # trims with no failure: llama.cpp repaired the drafter, so the run is healthy, and says it was repaired
         rate = acc.get("rate")
@@ -288,7 +304,7 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
             summary = "A healthy speculative run: no failure in the log."
         if trims:
             summary += " " + trims_text(trims)
-        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], **base)
+        return Verdict("draft_stats_only", "unknown", None, None, None, 0, summary, [], proof="log", **base)
     prose = events[events.kind == PROSE_ACCEPTANCE]
     if len(prose) and (meta.get("recognised_lines", 0) > 0 or speculative
                        or any(detail_of(d).get("drafter") for d in prose["detail"])):
@@ -297,9 +313,9 @@ def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_b
         # 38-71% acceptance`), and the acceptance only in the report's words (the figures stay the reporter's)
         return Verdict("draft_stats_only", "unknown", None, None, None, 0,
                        "A speculative run with no failure in the log; its draft acceptance is given only in the "
-                       "report's words, not in log lines.", [], **base)
+                       "report's words, not in log lines.", [], proof="prose", **base)
     if meta.get("recognised_lines", 0) > 0:
         return Verdict("other", "unknown", None, None, None, 0,
-                       "A llama.cpp log with no failure and no draft statistics.", [], **base)
+                       "A llama.cpp log with no failure and no draft statistics.", [], proof="log", **base)
     return Verdict("no_log", "unknown", None, None, None, 0,
                    "No llama.cpp log lines found in this input: nothing to analyse.", [], **base)

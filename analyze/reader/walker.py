@@ -33,6 +33,7 @@ from kvtrace.analyze.reader.normalize import (
     unescape,
 )
 from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
+from kvtrace.analyze.reader.proof import SOURCE_LANGS, closes_fence, fence_of, line_proof, source_statement, strongest
 from kvtrace.analyze.reader.prose import DRAFTER_NAMED, PROSE_ACCEPTANCE_WORDS
 from kvtrace.analyze.reader.records import (
     CONTEXT_CODES,
@@ -127,6 +128,11 @@ class Walker:
         self._hint: tuple[int, str, str] | None = None  # (line number, component, text) of the last hint
         self._seq_hint: tuple[int, int] | None = None  # (line number, sequence) of the last warning naming one
         self._prev: tuple[int, str] | None = None  # (line number, text) of the last line `feed` read itself
+        # a Markdown fence open in a paste: (its character, its length), and whether it quotes C/C++ source, whose
+        # lines are code, not log lines (analyze/reader/proof.py); a thread's part never inherits one
+        self._fence: tuple[str, int] | None = None
+        self._source = False
+        self.part_starts: frozenset[int] = frozenset()  # the first line of each part of a GitHub thread
 
     @property
     def open_failure(self) -> Failure | None:
@@ -141,7 +147,7 @@ class Walker:
 
         Where the C accelerator is built, it reads the lines it knows and hands the others to `feed` one at
         a time; `feed` is the definition of what every line does, and the tests hold the two to it."""
-        pos = -1 if _skim is None else _skim.skim(self, text, 0)  # -1: not text the C code reads
+        pos = -1 if _skim is None or self._source else _skim.skim(self, text, 0)  # -1: not text the C code reads
         if pos < 0:
             lines = text.split("\n")
             if not lines[-1]:
@@ -155,8 +161,10 @@ class Walker:
             if end < 0:
                 end = n
             feed([text[pos:end]])
-            if end < n and (prev := self._prev) is not None and prev[0] == self.n_lines:
-                pos = end + 1  # the line after a re-wrapped line's possible start is the walker's (see _unknown)
+            if end < n and ((prev := self._prev) is not None and prev[0] == self.n_lines or self._source):
+                # the line after a re-wrapped line's possible start is the walker's (see _unknown), as is quoted
+                # source code to its fence's end
+                pos = end + 1
                 continue
             pos = skim(self, text, end + 1) if end < n else n
 
@@ -166,6 +174,12 @@ class Walker:
         fragment = self._fragment
         for line in lines:
             no += 1
+            if self._fence is not None and no in self.part_starts:
+                self._fence, self._source = None, False  # a fence left open ends with its part of the thread
+            if self._source:  # quoted C/C++ source: code, not log lines
+                if closes_fence(line, self._fence):  # type: ignore[arg-type]  # a source block has its fence
+                    self._fence, self._source = None, False
+                continue
             # batch dumps are most of a debug log: skip the ubatch repeats and token rows cheaply
             if "ubatch_print:" in line:
                 if in_input:
@@ -218,6 +232,10 @@ class Walker:
                 self.n_lines = no
                 in_input, fragment = self._dump == _INPUT, self._fragment
                 continue
+            if ("``" in line or "~~" in line) and self._fenced(line):
+                continue  # a fence line and nothing else
+            if ";" in line and source_statement(line):
+                continue  # a statement of quoted source code (`GGML_ASSERT(...);`)
             if line[-1:] == ">":
                 line = uncut(line)
             hit = _first(line)
@@ -264,6 +282,19 @@ class Walker:
             hit = _first(line)
         return found
 
+    def _fenced(self, line: str) -> bool:
+        """A Markdown fence line: it opens a block (C/C++ source is skipped to its end) or closes the open one.
+        True when the line is the fence alone; a fence with log text glued on is read on as well."""
+        found = fence_of(line)
+        if found is None:
+            return False
+        fence, lang, alone = found
+        if self._fence is None:
+            self._fence, self._source = fence, lang in SOURCE_LANGS and alone
+        elif closes_fence(line, self._fence):
+            self._fence = None
+        return alone
+
     def _prose_acceptance(self, line: str, no: int) -> None:
         """A draft acceptance told in the report's words, kept as an event (`prose_acceptance`)."""
         if ("accept" in line or "draft" in line) and (pa := PROSE_ACCEPTANCE_WORDS.search(line)) is not None:
@@ -301,13 +332,22 @@ class Walker:
         f = self._failure
         if f is not None and no - f.last_line <= FAILURE_GAP:
             f.add_line(no, line)  # a wrapper's words for the failure being assembled
+            if f.proof != "log":
+                f.proof = strongest((f.proof, self._proof(line)))  # type: ignore[assignment]  # never empty
             return
         self._concept_failure(concept, code_of(m), no, line)
+
+    def _proof(self, line: str) -> str:
+        """What a line the concept layer read shows: inside a fenced block a paste's output is a program's, never
+        a sentence of the report."""
+        proof = line_proof(line)
+        return "runtime" if proof == "prose" and self._fence is not None else proof
 
     def _concept_failure(self, concept: Concept, ret: int | None, no: int, line: str) -> None:
         kind = "kv_slot" if ret == 1 and concept.kind == "decode_failed" else concept.kind
         f = self._open_failure(no, line, kind, 4)
         f.variant, f.ret = concept.variant, ret
+        f.proof = self._proof(line)
         side = side_of(line)
         if side != "unknown":
             f.component, f.evidence, f.evidence_line = side, message(line), no
@@ -547,6 +587,8 @@ class Walker:
                 f.add_line(no, line)
             return
         side = frame_side(m["fn"]) if p.name == "frame" else p.component
+        if f.proof == "prose":
+            f.proof = "runtime"  # a frame or a caller's line after a sentence: the program's own output shows it
         if side != "unknown" and f.component == "unknown":
             f.component, f.evidence, f.evidence_line = side, message(line), no
         f.add_line(no, line)

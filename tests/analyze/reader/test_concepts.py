@@ -76,17 +76,30 @@ def test_the_table_reads_these_lines_first() -> None:
     ("System.ObjectDisposedException: Cannot access a disposed object.\n"
      "Object name: 'Cannot use this SafeLLamaContextHandle - it has been disposed'.\n"
      "at LLama.Native.SafeLLamaContextHandle.ThrowIfDisposed()\n", "other", "namespaced_exception"),
-    ("From time to time llama-server crashes during prompt-eval.\n", "other", "crash_signal"),  # told in prose
-    ("Works but randomly crashes during inference with error\n```\nllama-server: /\n", "other", "crash_signal"),
 ])
 def test_a_wrapper_s_wording_gives_its_family_at_low_confidence(text: str, kind: str, variant: str) -> None:
     r = analyze.parse(text.encode())
     v = r.verdict
     assert v.kind == kind
     assert v.confidence == "low"
+    assert v.proof == "runtime"  # a runtime's own log words, not a sentence of the report
     assert r.errors["variant"].iloc[0] == CONCEPT_PREFIX + variant
     assert v.evidence and v.evidence[0]["text"] in text
     assert "lower confidence" in v.summary
+
+
+@pytest.mark.parametrize("text", [
+    "From time to time llama-server crashes during prompt-eval.\n",
+    "Works but randomly crashes during inference with error\n```\nllama-server: /\n",
+    "The model crashes after a few requests.\n",
+    "Server crashes with the drafter, log attached: [server.log](https://github.com/user-attachments/files/1/server.log)\n",
+])
+def test_a_failure_told_in_a_sentence_is_prose_with_no_side(text: str) -> None:
+    """The layer reads the failure a sentence tells, but no log line shows it: `proof` says so, no side is named
+    (not even the drafter a sentence mentions) and the summary says what to attach."""
+    v = analyze.parse(text.encode()).verdict
+    assert (v.kind, v.proof, v.component, v.component_evidence) == ("other", "prose", "unknown", None)
+    assert "only in its own words" in v.summary and "lower confidence" not in v.summary
 
 
 def test_prose_alone_is_no_log_and_a_table_failure_wins_over_a_concept() -> None:

@@ -71,7 +71,7 @@ def _state(w: Walker) -> dict[str, Any]:
     out["meta"] = json.dumps(w.meta, sort_keys=True, default=repr)
     for name in ("n_lines", "n_recognised", "_dump", "_fragment", "_fields", "_seqs", "_kv_size", "_cur_rows",
                  "_cur_sizes", "_cur_found_slot", "_hint", "_seq_hint", "_batch_t", "_batch_line", "buffers",
-                 "layout", "draft_seen"):
+                 "layout", "draft_seen", "_fence", "_source"):
         out[name] = getattr(w, name)
     out["_failure"] = None if w._failure is None else dataclasses.asdict(w._failure)  # noqa: SLF001
     return _plain(out)
@@ -134,6 +134,18 @@ def test_real_captures_walk_the_same(path: Path) -> None:
 def test_corpus_walks_the_same() -> None:
     for path in CORPUS:
         assert_same_walk(_text(path), every=2_000)
+
+
+@needs_accelerator
+def test_fenced_pastes_walk_the_same() -> None:
+    """Fences a paste opens and closes, quoted C/C++ source (skipped to its end, the hot lines in it too) and
+    statements: the accelerator hands every fence line to the walker and reads nothing of quoted code."""
+    capture = _text(CAPTURES[0]).splitlines(keepends=True)[:400]
+    text = ("The server aborts here:\n\n```cpp\nGGML_ASSERT(n_tokens_all <= cparams.n_batch);\n"
+            + "".join(capture[:60]) + "```\n\n> GGML_ASSERT(dist_tgt.sorted);\n\nThe log:\n```\n"
+            + "".join(capture) + "Exception in thread: Decode Error -1\n```\n~~~c++\nabort();\n~~~\n")
+    for every in (200, 2_000, 1 << 16):
+        assert_same_walk(text, every)
 
 
 @needs_accelerator
