@@ -79,7 +79,7 @@ def missing_comment(result: ParseResult) -> str:
     """The comment for a thread no log proves anything in: what it is missing, no verdict, no side, no advice."""
     v = result.verdict
     sig = match_signature(result)
-    proof = getattr(v, "proof", None)
+    proof = v.proof
     if proof == "prose":
         why = ("The report tells of a failure only in its own words: no log line shows it, so kvtrace gives no "
                "verdict, no side and no advice yet.")
@@ -107,7 +107,7 @@ def reply(result: ParseResult, bot: str) -> Reply:
     """What the bot does on this thread, given the comment it may have posted before (`bot`: its login)."""
     v = result.verdict
     sig = match_signature(result)
-    proof = getattr(v, "proof", None)
+    proof = v.proof
     side = (v.component or "unknown") if len(result.errors) else "none"
     state = {"kind": v.kind, "signature": sig.name, "side": side, "proof": proof or "none"}
     mine = own_comment(result, bot)
