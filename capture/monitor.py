@@ -237,8 +237,10 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
 
     def triage() -> None:
         nonlocal error_sent
-        error_sent = True
-        emit("error", triage=_triage_from(raw_path, offset))
+        error_sent = True  # once: a window the reader finds no failure in is not parsed again on every read
+        text = _triage_from(raw_path, offset)
+        if text is not None:
+            emit("error", triage=text)
 
     scan = ErrorScan(raw_path, start)
     hit: tuple[int, float] | None = None  # a marker found ahead of the parse, and when
@@ -308,7 +310,9 @@ def follow(raw_path: Path, start: int, interval_s: float) -> None:
     emit("done", offset=offset, stats=asdict(stats))
 
 
-def _triage_from(raw_path: Path, offset: int) -> str:
+def _triage_from(raw_path: Path, offset: int) -> str | None:
+    """The triage of the window ending at `offset`; None where the reader finds no failure in it (the same
+    rule as the final triage: a start-up notice is none)."""
     start = max(0, offset - TRIAGE_WINDOW)
     with open(raw_path, "rb") as f:
         f.seek(start)
@@ -316,10 +320,13 @@ def _triage_from(raw_path: Path, offset: int) -> str:
     if start:  # start on a line boundary so the window does not open with half a line
         cut = window.find(b"\n")
         window = window[cut + 1 :] if cut >= 0 else window
+    from kvtrace import analyze
+
     try:
-        return triage_text(window, raw_path.name)
+        result = analyze.parse(window, name=raw_path.name)
     except Exception as exc:
         return f"kvtrace: a decode error was seen (triage failed: {exc})"
+    return _triage_lines(result) if len(result.errors) else None
 
 
 class LiveParse:

@@ -140,11 +140,14 @@ def _parse_dataset(paths: list[str], out: Path, jobs: int, scheduler: str | None
 
 def format_verdict(v: Verdict) -> str:
     """A short readable block for one verdict."""
+    from kvtrace.analyze.reader.proof import headline_of
+
     side = ""
     if v.component != "unknown":
         by = f", decided by line {v.component_evidence}" if v.component_evidence else ""
         side = f" ({v.component}{by})"
-    lines = [f"{v.source}", f"  verdict:  {v.kind}{side}"]
+    told = headline_of(v.proof)  # a verdict a sentence stands on says so on its first line
+    lines = [f"{v.source}" + (f": {told}" if told is not None else ""), f"  verdict:  {v.kind}{side}"]
     if v.n_position_errors or v.last_pos is not None:
         x = v.last_pos if v.last_pos is not None else "?"
         y = v.batch_start if v.batch_start is not None else "?"

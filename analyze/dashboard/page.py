@@ -288,6 +288,10 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
         return
     ov = overview(result)
     st.subheader(headline(result))
+    if v.thread is not None:  # a GitHub thread: which comment the deciding line was pasted in (its words escaped)
+        n = len(v.thread.get("parts") or ())
+        st.caption(escape(f"A GitHub thread of {n} part{'s' if n != 1 else ''}: the evidence is from "
+                          f"{v.thread.get('evidence_from') or 'none of them'}."))
     st.caption("For the whole log; the charts below follow the sequence picked beside them.")
     failed = bool(len(result.errors))
     cols = st.columns(4)

@@ -607,6 +607,18 @@ def rule_wrapper_failure(result: ParseResult, _c: CycleStats) -> Match | None:
                  tuple(_block_lines(row, 3)), {"variant": str(row["variant"]), "ret": ret}, key=what)
 
 
+def rule_told_in_prose(result: ParseResult, _c: CycleStats) -> Match | None:
+    """A verdict that only a sentence of the report stands on (`proof: prose`): a failure or an acceptance told
+    in the reporter's words, with no log line behind it. It comes first: no other rule may read a side or a
+    cause into a sentence."""
+    v = result.verdict
+    if v.proof != "prose":
+        return None
+    what = "a failure" if v.n_errors else "the draft acceptance"
+    return Match(f"the report tells of {what} only in a sentence; no log line shows it.",
+                 tuple((int(e["line"]), str(e["text"])) for e in v.evidence[:3]), {"kind": v.kind}, key=v.kind)
+
+
 def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
     v = result.verdict
     if len(result.errors) or (v.kind != "draft_stats_only" and not (c.n_cycles and c.drafter_in_step)):
@@ -632,7 +644,7 @@ def rule_healthy(result: ParseResult, c: CycleStats) -> Match | None:
 def plain_summary(verdict: Verdict) -> str:
     """The verdict's summary where it is the tool's own words; an abort's summary quotes the log (its
     assert line), so that one is restated without the quote."""
-    if verdict.kind != "other" or not verdict.n_errors:
+    if verdict.kind != "other" or not verdict.n_errors or verdict.proof == "prose":  # a sentence's: no quote
         return str(verdict.summary or "")
     side = f" ({verdict.component} side)" if verdict.component != "unknown" else ""
     return f"llama.cpp aborted{side}; the evidence lines show where."

@@ -40,6 +40,7 @@ from kvtrace.analyze.findings.rules import (
     rule_spec_assert,
     rule_stale_drafter,
     rule_target_positions,
+    rule_told_in_prose,
     rule_wrapper_failure,
 )
 
@@ -113,6 +114,16 @@ REPORT_BUILD = Step("Quote the build (`{build}`) when reporting, and retest on t
                     lambda e: bool(e.build))
 
 SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        "told_in_prose", "Told in prose only", rule_told_in_prose,
+        "Only a sentence of the report tells of this: no log line shows it, so kvtrace names no side, no cause and "
+        "no fix (a sentence that names the drafter does not say which context failed).",
+        (Step("Attach the server's whole log, start-up to the failure, as a file or in a fenced block: its lines "
+              "show the side and the cause."),
+         Step("Or rerun under `kvtrace capture run -- llama-server ...`, which keeps the command, the build, the "
+              "devices and every debug line in one log.")),
+        failure=False,
+    ),
     Signature(
         "stale_drafter_kv", "Stale drafter KV cache", rule_stale_drafter,
         "The drafter's KV cache kept positions from an earlier request or cycle: its stored max (X) stays "
@@ -364,7 +375,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "healthy_speculative", "Healthy speculative run", rule_healthy,
         "Speculative decoding ran without a failure. Acceptance says how often the target agreed with the "
         "drafter; the mean accepted length is tokens per verification (1 + accepted / verify steps).",
-        (Step("Nothing to fix. To speed up, compare acceptance across `--draft-max` values."),
+        (Step("No failure was read. If the output went bad without one (garbage, repeats), say after how many "
+              "tokens, and capture that run: a drafter that stops matching shows in acceptance over time."),
+         Step("To speed up, compare acceptance across `--draft-max` values."),
          Step("If a failure happens elsewhere, capture that run with `" + DEBUG_ENV + "` and `-v`.")),
         failure=False,
     ),

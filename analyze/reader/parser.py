@@ -187,7 +187,7 @@ def _manifest_flags(source: Source, walker: Walker) -> None:
     line = read_manifest(folder).get(KEY_COMMAND_LINE) if folder is not None else None
     if not isinstance(line, str):
         return
-    walker.add_flags(line, only_new=True)
+    walker.add_flags(line, only_new=True, told=False)
 
 
 def write_tables(result: ParseResult, out_dir: Path) -> list[Path]:

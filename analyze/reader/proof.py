@@ -141,6 +141,40 @@ def sentence(text: str) -> bool:
     return plain >= PLAIN_SHARE * len(tokens) and (ends or len(tokens) >= 6)
 
 
+# ---- a flag in a sentence ----------------------------------------------------------------------------
+# a command-line flag with its value (the shape the pattern table's `flags` entry reads, any flag)
+_ANY_FLAG = re.compile(r"(?<!\S)--?[A-Za-z][\w-]*(?:[ =](?:\"[^\"]*\"|[^\s\"-][^\s\"]*))?")
+REMARK_MIN_WORDS = 3
+REMARK_EXAMPLES = ("I also tried --parallel 2.", "llama-server crashes when I use --parallel 2.",
+                   "The rerun line takes --parallel 2 from a remark in prose.",
+                   "- Same with `--spec-type dflash` and a smaller --ctx-size, no change.")
+REMARK_COUNTER_EXAMPLES = (
+    "kvtrace capture engine --spec-type draft-dflash --fault none --requests 3 -ngl 0",
+    "$ CUDA_VISIBLE_DEVICES=0 llama-server --model my model --spec-type dflash --parallel 2",
+    "llama-server -m target.gguf -md draft.gguf --spec-type draft-simple --spec-synth-len 2",
+    "      --spec-type dflash", "CUDA_VISIBLE_DEVICES=0 ./llama-server -m x.gguf --parallel 1 \\",
+    "$ ./build/bin/llama-server --model /models/q.gguf --port 8080 --parallel 4 --kv-unified",
+    "srv  main: llama-server -m t.gguf -md d.gguf --spec-type draft-simple -np 2 --kv-unified -ngl 99")
+
+
+# a command's opening: a shell prompt, environment assignments, then a program (a path, or a name of the tools
+# that run llama.cpp), behind at most two words of a log line's prefix (`srv  main: llama-server -m ...`)
+_COMMAND = re.compile(r"(?:\S+\s+){0,2}?(?:[$#>]\s+)?(?:\w+=\S*\s+)*"
+                      r"(?:\S*/\S*|\S*(?:llama|server|kvtrace|python|ollama)\S*)(?:\s|$)", re.IGNORECASE)
+
+
+def remark(line: str) -> bool:
+    """Whether the flags in a line are named in a sentence rather than given as a command: it does not open as
+    a command does, and with every flag and its value taken out, what is left still reads as words (at least
+    three plain ones, most of what is left)."""
+    text = _LEAD.sub("", line[:PROOF_WIDTH], count=1).replace("`", " ")
+    if _COMMAND.match(text.lstrip()) is not None and not text.rstrip().endswith((".", "!", "?")):
+        return False  # a command (one that ends as a sentence ends is a sentence that names the program first)
+    rest = _ANY_FLAG.sub(" ", text).split()
+    plain = sum(1 for t in rest if (m := _WORD.fullmatch(t)) is not None and not _camel(m["w"]))
+    return plain >= REMARK_MIN_WORDS and plain * 2 > len(rest)
+
+
 def _camel(word: str) -> bool:
     """An identifier's word (`NoKvSlot`, `InteractiveExecutor`): capitals after its first letter."""
     return any(c.isupper() for c in word[1:])
@@ -149,3 +183,16 @@ def _camel(word: str) -> bool:
 def strongest(proofs: Iterable[str]) -> str | None:
     """The strongest of several proofs (a log line beats a runtime's words beats a sentence); None for none."""
     return min(proofs, key=RANK.__getitem__, default=None)
+
+
+# ---- what each output says first ---------------------------------------------------------------------
+# The one sentence every output (the text, `report`, `--format github`, the dashboard) opens with when a verdict
+# stands on a sentence of the report: nothing a log printed shows the side, the cause or a fix.
+PROSE_HEADLINE = "Told in prose only: no log line shows it"
+PROSE_NOTE = ("Only a sentence of the report tells of this: no log line shows it, so kvtrace gives no side, no "
+              "cause and no fix. Attach the server's whole log (start-up to the failure) to have it read.")
+
+
+def headline_of(proof: str | None) -> str | None:
+    """The words an output opens with for a verdict of this proof; None where a log shows the verdict."""
+    return PROSE_HEADLINE if proof == "prose" else None

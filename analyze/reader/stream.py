@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kvtrace.analyze.reader.normalize import clean_chunk, decode
 from kvtrace.analyze.reader.records import CONTEXT_NAMES, NA, LiveStats
+from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
 
 
@@ -38,6 +39,8 @@ class LiveParser:
         """Running counts for a status line. Contexts here are provisional (largest cache = target)."""
         w = self.walker
         failures = w.failures + ([w.open_failure] if w.open_failure is not None else [])  # open: still seen
+        if failures:  # the triage's start-up rule: a line llama.cpp calls normal, or a load the server outlived
+            failures, _ = split_notices(failures, w.events)
         out = LiveStats(lines=w.n_lines, batches=len(w.batches), errors=len(failures),
                         position_errors=sum(f.has_block for f in failures))
         kv = w.kv

@@ -33,7 +33,15 @@ from kvtrace.analyze.reader.normalize import (
     unescape,
 )
 from kvtrace.analyze.reader.patterns import BY_NAME, PATTERNS, Pattern
-from kvtrace.analyze.reader.proof import SOURCE_LANGS, closes_fence, fence_of, line_proof, source_statement, strongest
+from kvtrace.analyze.reader.proof import (
+    SOURCE_LANGS,
+    closes_fence,
+    fence_of,
+    line_proof,
+    remark,
+    source_statement,
+    strongest,
+)
 from kvtrace.analyze.reader.prose import DRAFTER_NAMED, PROSE_ACCEPTANCE_WORDS
 from kvtrace.analyze.reader.records import (
     CONTEXT_CODES,
@@ -738,14 +746,28 @@ class Walker:
         elif kind == "flag":
             self.add_flags(line)
 
-    def add_flags(self, text: str, *, only_new: bool = False) -> None:
-        """The command-line flags in `text` into meta["flags"]; `only_new` keeps what the log said itself."""
+    def add_flags(self, text: str, *, only_new: bool = False, told: bool | None = None) -> None:
+        """The command-line flags in `text` into meta["flags"]; `only_new` keeps what the log said itself.
+
+        A flag named in a sentence (`I also tried --parallel 2.`) is a remark, not the command: it never
+        overrides a command's value, loses the sentence's punctuation, and is listed in meta["told_flags"] so
+        that nothing is rebuilt from it as if it were the command (the rerun line, the checklist). `told`: whether
+        `text` is such a sentence, where the caller knows (a manifest's command line is not); else judged here."""
         flags = self.meta["flags"]
+        told = remark(text) if told is None else told
+        told_flags: list[str] = self.meta.setdefault("told_flags", []) if told else self.meta.get("told_flags", [])
         for fm in _FLAGS.finditer(text):
-            if only_new and fm["flag"] in flags:
+            flag = fm["flag"]
+            if (only_new or told) and flag in flags:
                 continue
             value = fm["value"]
-            flags[fm["flag"]] = readable(value.strip('"')) if value is not None else True
+            if value is not None and told:
+                value = value.rstrip(".,;:!?)")
+            flags[flag] = readable(value.strip('"')) if value else True
+            if told:
+                told_flags.append(flag)
+            elif flag in told_flags:
+                told_flags.remove(flag)  # a command shows it after all
 
 
 def _skim_code(p: Pattern) -> int:

@@ -23,10 +23,13 @@ from kvtrace.analyze.findings.counters import ServerCounters, server_counters
 from kvtrace.analyze.findings.cycles import depth_series, depth_text
 from kvtrace.analyze.findings.overview import Overview, overview
 from kvtrace.analyze.findings.positions import XAxis, stored_positions
-from kvtrace.analyze.findings.rules import plain_summary
+from kvtrace.analyze.findings.rules import Env, plain_summary
 from kvtrace.analyze.findings.signatures import SignatureMatch, match_signature
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
+from kvtrace.analyze.reader.patterns import PATTERNS
+from kvtrace.analyze.reader.proof import headline_of
+from kvtrace.analyze.reader.records import lines_of
 from kvtrace.analyze.reader.thread import OWN_MARKER
 
 if TYPE_CHECKING:
@@ -56,12 +59,20 @@ _ADVICE: dict[str, str] = {
         "--parallel slots, or a smaller batch; check whether context shift is on."
     ),
     "draft_stats_only": (
-        "A healthy speculative run: the log has draft statistics and no failure. Nothing to fix here; "
-        "acceptance shows how well the drafter matches the target."
+        "No failure in the lines read, and the log has draft statistics: acceptance shows how well the drafter "
+        "matches the target. A log with no failure is not proof that nothing is wrong: output that goes bad "
+        "without a crash shows in acceptance over time, not in a failure line."
     ),
     "other": (
         "The log has a failure that is not a position or KV-room error (an assert, an abort or a warning). "
         "Read the evidence lines; a backtrace usually names the code path."
+    ),
+    # `other` with nothing failed: llama.cpp lines, no failure and no draft statistics (the headline's "No
+    # failure found"; never the failure paragraph above under it)
+    "other_none": (
+        "The log holds llama.cpp lines but no failure and no draft statistics. A log with no failure is not proof "
+        "that nothing is wrong: a run that goes bad without a crash needs the debug lines and the draft "
+        "statistics to show it."
     ),
     "no_log": (
         "No llama.cpp log lines were found. Paste or upload the server's stderr (the lines that start with "
@@ -87,6 +98,8 @@ READ_IN_PART = ("the input ended early (a compressed file cut short, a read erro
 
 def advice(kind: str, component: str = "unknown") -> str:
     """One plain paragraph: what this verdict means and what to try next."""
+    if kind == "other" and component == "none":  # nothing failed: the failure paragraph would contradict
+        kind = "other_none"
     text = _ADVICE.get(kind, _ADVICE["other"])
     return text.format(side_sentence=_SIDE.get(component or "unknown", _SIDE["unknown"]))
 
@@ -95,6 +108,9 @@ def headline(result: ParseResult) -> str:
     """The verdict in a few words (the report's and the dashboard's): a run with nothing failed reads as healthy,
     not by the verdict's kind, and says so when llama.cpp trimmed a stale drafter's memory on the way."""
     v = result.verdict
+    told = headline_of(v.proof)
+    if told is not None:  # a sentence of the report, not a log, stands behind it: said before anything else
+        return told
     if not len(result.errors) and v.kind == "draft_stats_only":
         n = len(v.stale_trims)
         return f"Healthy, drafter memory trimmed {n} time{'s' if n != 1 else ''}" if n else "Healthy"
@@ -294,7 +310,7 @@ def report_blocks(result: ParseResult, *, name: str | None = None) -> list[Block
     title = name or Path(str(getattr(result, "source", "") or "log")).name
     out: list[Block] = [Prose(f"### kvtrace triage: {escape(title)}")]
     side = (verdict.component or "unknown") if len(result.errors) else "none"  # nothing failed: no failing side
-    if side == "none":  # a failure's headline would only repeat the verdict line below
+    if side == "none" or verdict.proof == "prose":  # a failure's headline would only repeat the verdict line
         out.append(Prose(f"**{escape(headline(result))}**"))
     out.append(Prose(f"**Verdict:** {escape(verdict.kind)}, failing side: **{escape(side)}**"
                      + (f", sequence {_num(verdict.seq_id)}" if verdict.seq_id is not None else "")))
@@ -536,6 +552,39 @@ _COMMENT_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/issues/\d+#issue
 _FAILURE_KINDS = frozenset({"inconsistent_positions", "decode_failed", "kv_slot"})
 
 
+def measured_text(result: ParseResult, sig: SignatureMatch) -> str:
+    """What was measured in a log with no failure, in one sentence of the tool's own words (issue 36: a healthy
+    log is not proof, so the comment says what it rests on, never that there is nothing to fix)."""
+    ov, c = overview(result), sig.cycles
+    parts = [f"{_num(getattr(result, 'lines', None))} lines read", f"{ov.n_batches} batches "
+             f"({ov.n_target} target / {ov.n_drafter} drafter / {ov.n_unknown} unknown)", "no failure",
+             f"draft acceptance {ov.acceptance_text}"]
+    if c.n_cycles:
+        parts.append(f"drafter in step in {c.in_step} of {c.n_cycles} draft/verify cycles")
+    if c.mean_accepted_len is not None:
+        parts.append(f"mean accepted length {_num(c.mean_accepted_len)}")
+    return "**Measured:** " + escape("; ".join(parts) + ".")
+
+
+def health_items(result: ParseResult) -> list[str]:
+    """The health findings to list under a log with no failure: desyncs that do not crash (a drafter's
+    acceptance that collapses, a slot far behind the others, drafting that stops, a drafter stuck at one
+    position). THE HOOK for issue 37's findings/health.py (`health` in `triage --json`): once it lands, this
+    returns one line per finding, `f"{f.finding} (sequence {f.seq_id}, from line {f.onset_line}): {f.evidence}"`
+    for f in health(result). Until then no finding is read, and the comment says so."""
+    del result
+    return []
+
+
+def health_blocks(result: ParseResult) -> list[str]:
+    """The comment's health section for a log with no failure: the findings that fired, or what was not read."""
+    items = health_items(result)
+    if items:
+        return ["**Health findings** (no crash, but the run went wrong):", "\n".join(f"- {gh_text(i)}" for i in items)]
+    return ["A log with no failure is not proof that nothing is wrong: if the output went bad (garbage, repeats) "
+            "with no failure line, say after how many tokens, and attach a capture of that run."]
+
+
 def gh_text(text: str) -> str:
     """Text from a log or a thread as GitHub prose: Markdown escaped, and `@name` never a mention."""
     return escape(text).replace("@", "@&#8203;")
@@ -551,19 +600,72 @@ def rerun_line(result: ParseResult) -> str:
     if model is not None:
         return f"kvtrace capture llama-swap config.yaml {shlex.quote(model)} --ping 3 --until-error"
     words = ["kvtrace", "capture", "run", "--until-error", "--", "llama-server", "-m", "MODEL.gguf"]
-    for flag, value in (result.meta.get("flags") or {}).items():
+    for flag, value in command_flags(result.meta).items():
         words += [flag] if value is True else [flag, str(value)]
     return " ".join(shlex.quote(w) for w in words)
+
+
+def command_flags(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags the log's own command line (or the session's manifest) gave: never one only a sentence of the
+    report named (meta["told_flags"], analyze/reader/walker.py's add_flags)."""
+    told = set(meta.get("told_flags") or ())
+    return {f: v for f, v in (meta.get("flags") or {}).items() if f not in told}
+
+
+# what each debug switch prints, as the checklist names it
+_DEBUG_LINES = {"LLAMA_BATCH_DEBUG": "every input batch: `init: input batch info` and its `ubatch_print` rows",
+                "LLAMA_KV_CACHE_DEBUG": "every stored position: the `find_slot` lines",
+                "GGML_DFLASH_DEBUG": "beellama.cpp v0.2-v0.3's DFlash `key=value` lines: `DFLASH_DBG ...`"}
+# DFlash as only beellama.cpp v0.2.0-v0.3.x had it: the pattern table's entries for its own lines (their
+# `builds` name those versions or a fork line's F- code, or they are the fork's `dflash...` lines)
+_FORK_DFLASH = tuple(p for p in PATTERNS if "v0.2" in p.builds or "v0.3" in p.builds or "(F-" in p.builds
+                     or (p.name.startswith("dflash") and p.builds.startswith("beellama")))
+_FORK_DFLASH_PATTERNS = frozenset(p.name for p in _FORK_DFLASH)
+
+
+def fork_dflash(result: ParseResult) -> bool:
+    """Whether the log's DFlash is beellama.cpp v0.2-v0.3's, the only one with `GGML_DFLASH_DEBUG`: upstream's
+    `draft-dflash` (b11434 on) and beellama v0.4+ (which took upstream's, `dflash` a warned alias) never print
+    its lines (docs/proof.md). Told by the type's name in the command (`draft-dflash`, upstream's, rules it
+    out; `dflash`, the fork's, on a run that shows nothing of upstream's), else by the fork's own lines."""
+    spec = str(command_flags(result.meta or {}).get("--spec-type") or "").lower()
+    if spec.startswith("draft-"):
+        return False
+    ev, err = result.events, result.errors
+    if len(ev) and bool(ev["pattern"].isin(_FORK_DFLASH_PATTERNS).any()):
+        return True
+    for text in err["lines"] if len(err) else ():  # a failure's lines: the fork's `dflash: ... failed` among them
+        if any(p.regex.search(t) for _, t in lines_of(text) if "dflash" in t.lower() for p in _FORK_DFLASH):
+            return True
+    return spec == "dflash" and not _upstream_dflash(result)
+
+
+def _upstream_dflash(result: ParseResult) -> bool:
+    """The log shows upstream's draft-dflash (or beellama v0.4+'s, which is it): its implementation's name or a
+    build number of llama.cpp's own numbering."""
+    meta = result.meta or {}
+    return any("draft" in str(i) for i in meta.get("spec_impls") or ()) or any(
+        str(v.get("build", "")).isdigit() and int(v["build"]) >= 11434 for v in meta.get("versions") or ())
+
+
+def debug_switches(result: ParseResult, env: Env) -> list[tuple[str, bool, str]]:
+    """The debug switches this log's build and type have, each with whether the log holds its lines: (the
+    variable, present, what it prints). `GGML_DFLASH_DEBUG` only for beellama v0.2-v0.3's DFlash."""
+    out = [("LLAMA_BATCH_DEBUG", env.batch_debug, _DEBUG_LINES["LLAMA_BATCH_DEBUG"]),
+           ("LLAMA_KV_CACHE_DEBUG", env.kv_cache_debug, _DEBUG_LINES["LLAMA_KV_CACHE_DEBUG"])]
+    if fork_dflash(result):
+        ev = result.events
+        have = bool(len(ev) and (ev["kind"] == "dflash").any())
+        out.append(("GGML_DFLASH_DEBUG", have, _DEBUG_LINES["GGML_DFLASH_DEBUG"]))
+    return out
 
 
 def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, str]]:
     """The checklist of what a report of this kind of failure needs: (present in the thread, item)."""
     meta, env, kind = result.meta or {}, sig.env, result.verdict.kind
-    flags = meta.get("flags") or {}
+    flags = command_flags(meta)
     speculative = bool(meta.get("speculative"))
     started = bool(meta.get("contexts")) and (not speculative or bool(meta.get("spec_impls")))
-    dflash_lines = bool((result.events["kind"] == "dflash").any()) if len(result.events) else False
-    debug = ["LLAMA_BATCH_DEBUG=1", "LLAMA_KV_CACHE_DEBUG=1"] + (["GGML_DFLASH_DEBUG=1"] if env.dflash else [])
     items = [
         (bool(env.build), "the version line (`llama-server --version`)"),
         (bool(flags) and any(f in flags for f in ("--spec-type", "--spec-draft-model", "--model-draft", "-md"))
@@ -572,8 +674,7 @@ def missing_items(result: ParseResult, sig: SignatureMatch) -> list[tuple[bool, 
                   "`common_speculative_init`)"),
     ]
     if kind in _FAILURE_KINDS or kind == "no_log":
-        have = env.batch_debug and env.kv_cache_debug and (not env.dflash or dflash_lines)
-        items.append((have, "the debug lines: rerun with `" + " ".join(debug) + "`"))
+        items += [(have, f"`{var}=1` ({what})") for var, have, what in debug_switches(result, env)]
     items.append((bool(meta.get("gpus")), "the device list (`ggml_cuda_init: found ... devices` or "
                                           "`--list-devices`)"))
     return items
@@ -612,7 +713,8 @@ def github_comment(result: ParseResult) -> str:
     v = result.verdict
     sig = match_signature(result)
     side = (v.component or "unknown") if len(result.errors) else "none"
-    out = [GITHUB_MARKER, f"### kvtrace triage: {escape(v.kind)}"]
+    told = headline_of(v.proof)  # a verdict a sentence stands on says so first
+    out = [GITHUB_MARKER, f"### kvtrace triage: {escape(told if told is not None else v.kind)}"]
     verdict = f"**Verdict:** {escape(v.kind)}, failing side: **{escape(side)}**"
     if v.seq_id is not None:
         verdict += f", sequence {_num(v.seq_id)}"
@@ -629,6 +731,8 @@ def github_comment(result: ParseResult) -> str:
     if result.truncated:
         out.append(f"**Read in part:** {READ_IN_PART}")
     out += _evidence_blocks(result, sig)
+    if not len(result.errors) and v.proof != "prose":  # what a log with no failure rests on, and its health
+        out += [measured_text(result, sig), *health_blocks(result)]
     explanation, steps = what_to_do(result, sig)
     out.append(explanation.replace("@", "@&#8203;"))
     if steps:
