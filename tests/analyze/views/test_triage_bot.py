@@ -286,3 +286,16 @@ def test_reply_cli_says_what_to_do_in_json(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "reply", str(log), "--bot", BOT, "-o",
                           str(tmp_path / "c.md")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a GitHub thread" in bad.stderr
+
+
+def test_a_newer_log_that_changes_the_verdict_edits_the_comment() -> None:
+    crash = report("23_buun-21-dflash-assert-encode-nubatch.log")
+    first = reply(analyze.parse(gh_json(crash)), BOT)
+    assert first.action == "post" and first.proof == "log" and first.kind == "other"
+    # the same log pasted again changes nothing; the seed's log (a stale drafter) changes the verdict
+    same = reply(analyze.parse(gh_json(crash, [(BOT, first.body), ("reporter", crash)])), BOT)
+    assert (same.action, same.comment_id) == ("none", 1)
+    newer = reply(analyze.parse(gh_json(crash, [(BOT, first.body), ("reporter", report(SEED))])), BOT)
+    assert (newer.action, newer.comment_id, newer.signature) == ("edit", 1, "stale_drafter_kv")
+    assert read_state(newer.body) == {"kind": "inconsistent_positions", "signature": "stale_drafter_kv",
+                                      "side": "drafter", "proof": "log"}
