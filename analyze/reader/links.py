@@ -181,7 +181,7 @@ def _file_name(url: str) -> str:
     return unquote(path.rsplit("/", 1)[-1]) or (urlsplit(url).hostname or "link")
 
 
-def _gist(client: httpx.Client, url: str, gist_id: str, policy: LinkPolicy) -> list[Fetched]:
+def _gist(client: httpx.Client, gist_id: str, policy: LinkPolicy) -> list[Fetched]:
     """Every file of a gist, through the API (a gist's page is HTML)."""
     import json
 
@@ -220,8 +220,8 @@ def fetch(client: httpx.Client, url: str, policy: LinkPolicy) -> list[Fetched]:
     """The text files behind one link of a thread; LinkError when it cannot be read."""
     m = _GIST.match(url)
     if m is not None:
-        return _gist(client, url, m["id"].lower(), policy)
-    data, final = _download(client, url, policy)
+        return _gist(client, m["id"].lower(), policy)
+    data, _ = _download(client, url, policy)
     return unpack(_file_name(url), data, policy.max_text)
 
 
