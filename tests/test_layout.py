@@ -1,4 +1,4 @@
-"""The dependency rule, the public API and the README's Layout section, checked against the tree.
+"""The dependency rule, the public API and the module list of docs/layout.md, checked against the tree.
 
 Each layer is a folder, and a module's layer is its folder's: the reader (`analyze/reader/`: text to tables and
 a verdict; its `session.py`, the session folder's layout, is a leaf) < the findings (`analyze/findings/`) < the
@@ -202,9 +202,9 @@ def test_public_api_is_pinned_and_resolves(package: str) -> None:
         assert getattr(mod, name) is not None
 
 
-def test_readme_layout_lists_every_module() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Layout")
+def test_docs_layout_lists_every_module() -> None:
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    start = text.index("## Modules")
     end = text.find("\n## ", start + 1)
     section = text[start: end if end > 0 else len(text)]
     listed: set[str] = set()
@@ -214,8 +214,8 @@ def test_readme_layout_lists_every_module() -> None:
         prefix = folder.group(1) if folder.group(1).endswith("/") else ""
         listed.update(prefix + name for name in re.findall(r"`([\w]+\.(?:py|c))`", item))
     files = {str(p.relative_to(ROOT)) for p in [*MODULES.values(), *sorted((ROOT / "tools").glob("*.py"))]}
-    assert files - listed == set(), f"modules missing from the README's Layout: {sorted(files - listed)}"
-    assert listed - files == set(), f"the README's Layout lists modules that do not exist: {sorted(listed - files)}"
+    assert files - listed == set(), f"modules missing from docs/layout.md: {sorted(files - listed)}"
+    assert listed - files == set(), f"docs/layout.md lists modules that do not exist: {sorted(listed - files)}"
 
 
 def _third_party(path: Path) -> set[str]:

@@ -1,16 +1,29 @@
-"""Every `kvtrace ...` command the READMEs show, checked against the real click command tree: the subcommand
-exists and every option it uses is one that subcommand (or the group it names) declares. Every
-`python benchmarks/NAME.py ...` they show names a script there and only options its argparse declares.
+"""The documents against the code: README.md (the guide), benchmarks/README.md and the reference in docs/.
 
-Commands come from the fenced blocks (a `console` block's `$ ` lines, every line of the others but Python) and
-from inline code spans; pipes, `&&`, `;`, `&`, redirections and comments are cut off, `\\` continuations
-joined, and everything after a `--` is the captured program's, not kvtrace's."""
+Every `kvtrace ...` command they show is checked against the real click command tree: the subcommand exists and
+every option it uses is one that subcommand (or the group it names) declares. Every `python benchmarks/NAME.py
+...` they show names a script there and only options its argparse declares. Commands come from the fenced blocks
+(a `console` block's `$ ` lines, every line of the others but Python) and from inline code spans; pipes, `&&`,
+`;`, `&`, redirections and comments are cut off, `\\` continuations joined, and everything after a `--` is the
+captured program's, not kvtrace's.
+
+Every `console` block that shows kvtrace's output is run: each `$ kvtrace ...` line followed by output lines is
+run from a folder that sees the repository's files, and what it prints must read as the excerpt shows it. A line
+of just `...` stands for any number of lines left out; runs of white space (an excerpt wraps a long line to stay
+within the page's width) count as one space. Output shown as JSON is read as JSON: every key shown must be
+printed with the value shown (`"..."` for any value). So an excerpt that drifts from the code fails here. Every
+`python` block is run too, and every link between the documents must reach a file and, with an anchor, a
+heading."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -19,7 +32,9 @@ import pytest
 from kvtrace.analyze.cli import COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GUIDE_WORDS = 4500  # the guide stays a guide; the reference lives in docs/
+LINE_WIDTH = 120
 
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`(kvtrace [^`]+)`")
@@ -175,22 +190,36 @@ def test_documented_benchmark_exists_with_its_options(doc: str, command_line: st
 
 
 def test_the_readme_is_a_guide_that_opens_with_the_set_up() -> None:
-    """A user's guide of at most 600 lines that opens with the two commands doing all set-up; the measurements
-    live beside it in benchmarks/README.md."""
+    """A user's guide of at most 4,500 words, no line over 120 characters, that opens with the two commands doing
+    all set-up; the reference lives in docs/ and the measurements in benchmarks/README.md."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 600
+    assert len(text.split()) <= GUIDE_WORDS
+    long = [f"{n}: {len(line)}" for n, line in enumerate(text.splitlines(), 1) if len(line) > LINE_WIDTH]
+    assert long == [], f"README.md lines over {LINE_WIDTH} characters (line: length): {long}"
     first = FENCE.search(text)
     assert first is not None and text[: first.start()].strip() == "# kvtrace"
     assert [line.split("#")[0].strip() for line in first.group(2).splitlines()] == ["make demo", "make test"]
+    assert "\n## Reference\n" in text and "(#reference)" in text  # the guide points to the reference
     bench = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert "## Reading speed" in bench and "## What capturing costs the server" in bench
 
 
+def test_the_reference_keeps_its_lines_readable() -> None:
+    """docs/ pages keep prose and examples within 120 characters; only table rows may run longer."""
+    long = [f"{doc.name}:{n}" for doc in sorted((ROOT / "docs").glob("*.md"))
+            for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+            if len(line) > LINE_WIDTH and not line.startswith("|")]
+    assert long == []
+    assert len(list((ROOT / "docs").glob("*.md"))) >= 5
+
+
 def test_the_readmes_show_every_command() -> None:
-    """Each command a user can run appears in an example, and the examples are really found (not zero)."""
-    assert sum(1 for doc, _ in DOCUMENTED if doc == "README.md") >= 40
+    """The guide shows each command a user can run in an example, and the examples are really found (not zero)."""
+    in_guide = [c for doc, c in DOCUMENTED if doc == "README.md"]
+    assert len(in_guide) >= 30
     assert any(doc == "benchmarks/README.md" for doc, _ in DOCUMENTED)
-    shown = {tuple(c.split()[1:3]) for _, c in DOCUMENTED} | {tuple(c.split()[1:2]) for _, c in DOCUMENTED}
+    assert any(doc.startswith("docs/") for doc, _ in DOCUMENTED)
+    shown = {tuple(c.split()[1:3]) for c in in_guide} | {tuple(c.split()[1:2]) for c in in_guide}
     ctx = click.Context(cli)
     capture = cli.get_command(ctx, "capture")
     assert isinstance(capture, click.Group)
@@ -245,28 +274,207 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_links_between_the_readmes_reach_a_heading() -> None:
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def headings(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (fenced blocks left out)."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+def link_problems(doc: Path) -> list[str]:
+    """The links of one document that reach no file, or a file without the heading their anchor names."""
+    out: list[str] = []
+    for target in LINK.findall(FENCE.sub("", doc.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:: not this repository's
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        if not linked.exists():
+            out.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in headings(linked):
+            out.append(f"{target}: no heading #{anchor}")
+    return out
+
+
+def test_links_between_the_documents_reach_a_file_and_a_heading() -> None:
     assert _slug("The embedded engine: acceptance and capture time") == "the-embedded-engine-acceptance-and-capture-time"
-    checked = 0
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for target, anchor in re.findall(r"\]\(((?:benchmarks/)?README\.md)#([\w-]+)\)", text):
-            linked = (doc.parent / target) if doc.parent == ROOT else ROOT / target
-            headings = re.findall(r"^#+ (.+)$", FENCE.sub("", linked.read_text(encoding="utf-8")), re.MULTILINE)
-            assert anchor in {_slug(h) for h in headings}, f"{doc.name}: {target}#{anchor}"
-            checked += 1
-    assert checked >= 5  # the README's pointers to the measurements are found
+    assert _slug("`kvtrace triage --json`") == "kvtrace-triage---json"
+    problems_by_doc = {doc.relative_to(ROOT).as_posix(): link_problems(doc) for doc in DOCS}
+    assert {d: p for d, p in problems_by_doc.items() if p} == {}
+    checked = sum(len(LINK.findall(FENCE.sub("", doc.read_text(encoding="utf-8")))) for doc in DOCS)
+    assert checked >= 60  # the guide's pointers into docs/ and the measurements are found
 
 
-def test_the_readme_lists_every_signature_once() -> None:
-    """The signature table (what each means, what to do next) has one row for each signature in the catalogue,
-    and none for a signature that does not exist."""
-    from kvtrace.analyze.findings.signatures import SIGNATURES
+def test_a_broken_link_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## A heading\n", encoding="utf-8")
+    doc = tmp_path / "doc.md"
+    doc.write_text("[ok](other.md#a-heading) [gone](missing.md) [bad](other.md#no-such) [web](https://x.org/a#b)\n"
+                   "```\n[in a fence](nowhere.md)\n```\n", encoding="utf-8")
+    assert link_problems(doc) == ["missing.md: no such file", "other.md#no-such: no heading #no-such"]
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    head = text.index("| signature | what it means | next steps it suggests |")
-    table = text[head:text.index("\n\n", head)].splitlines()[2:]
-    rows = [re.match(r"\| `(\w+)` \|", row) for row in table]
-    listed = [m.group(1) for m in rows if m]
-    assert len(listed) == len(table)
-    assert sorted(listed) == sorted(s.name for s in SIGNATURES)
+
+# ---- console excerpts and Python examples, run ------------------------------------------------------------
+
+def console_excerpts(text: str) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown under it) for each `$ kvtrace ...` line of a console block that shows
+    output; a command shown without output is not an excerpt."""
+    found: list[tuple[str, list[str]]] = []
+    for lang, body in FENCE.findall(text):
+        if lang != "console":
+            continue
+        command: str | None = None
+        shown: list[str] = []
+        for line in [*body.splitlines(), "$ "]:
+            if line.startswith("$ "):
+                if command and command.startswith("kvtrace ") and shown:
+                    found.append((command, shown))
+                command, shown = line[2:].split("  #")[0].strip(), []
+            elif command is not None:
+                shown.append(line)
+    return found
+
+
+def json_problem(shown: object, printed: object, where: str = "") -> str | None:
+    """Why a JSON excerpt does not read as what the command printed (None when it does). Every key shown must be
+    printed, with the value shown; keys left out are fine. A string `"..."` stands for any value, a string ending
+    in `...` for a value that starts so, and a list's last item `"..."` for items left out."""
+    if shown == "...":
+        return None
+    if isinstance(shown, str) and shown.endswith("...") and isinstance(printed, str):
+        return None if printed.startswith(shown[:-3]) else f"{where or '.'}: {printed[:60]!r} is not {shown!r}"
+    if isinstance(shown, dict):
+        if not isinstance(printed, dict):
+            return f"{where or '.'}: printed {type(printed).__name__}, shown an object"
+        for key, value in shown.items():
+            if key not in printed:
+                return f"{where}.{key}: no such key in the output"
+            problem = json_problem(value, printed[key], f"{where}.{key}")
+            if problem:
+                return problem
+        return None
+    if isinstance(shown, list):
+        if not isinstance(printed, list):
+            return f"{where or '.'}: printed {type(printed).__name__}, shown a list"
+        items, more = (shown[:-1], True) if shown and shown[-1] == "..." else (shown, False)
+        if len(printed) < len(items) or (not more and len(printed) != len(items)):
+            return f"{where or '.'}: {len(printed)} items printed, {len(items)} shown" + (" and more" if more else "")
+        return next((p for i, item in enumerate(items) if (p := json_problem(item, printed[i], f"{where}[{i}]"))),
+                    None)
+    return None if shown == printed else f"{where or '.'}: printed {printed!r}, shown {shown!r}"
+
+
+def json_excerpt(shown: list[str]) -> tuple[object] | None:
+    """The JSON an excerpt shows, when its output is JSON (one object, pretty-printed or not); else None."""
+    text = "\n".join(shown).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    return (json.loads(text),)  # an excerpt that looks like JSON and is not fails here, saying where
+
+
+def excerpt_problem(shown: list[str], output: str) -> str | None:
+    """Why the output shown does not read as the command's real output (None when it does). `...` lines stand for
+    lines left out; white space runs count as one space. Output shown as JSON is compared as JSON with the first
+    object the command printed (json_problem)."""
+    excerpt = json_excerpt(shown)
+    if excerpt is not None:
+        first = next((line for line in output.splitlines() if line.strip()), "")
+        try:
+            printed = json.loads(first)
+        except json.JSONDecodeError:
+            return f"the output is not JSON: {first[:60]!r}"
+        return json_problem(excerpt[0], printed)
+
+    def norm(s: str) -> str:
+        return " ".join(s.split())
+
+    segments: list[list[str]] = [[]]
+    for line in shown:
+        if line.strip() == "...":
+            segments.append([])
+        else:
+            segments[-1].append(line)
+    text, at = norm(output), 0
+    for i, segment in enumerate(segments):
+        if not segment:
+            continue
+        want = norm("\n".join(segment))
+        found = text.find(want, at)
+        if found < 0:
+            return f"not in the output (in order): {want[:100]!r}"
+        if i == 0 and found != 0:
+            return "the output starts otherwise (begin the excerpt with a line of ...)"
+        at = found + len(want)
+    if segments[-1] and at != len(text):
+        return f"the output goes on with {text[at:at + 60]!r} (end the excerpt with a line of ...)"
+    return None
+
+
+def _repo_view(tmp_path: Path) -> Path:
+    """A working folder that sees the repository's files by their relative paths, so a command's output files
+    land there and not in the checkout."""
+    for entry in ROOT.iterdir():
+        if not entry.name.startswith("."):
+            (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+def _run_kvtrace(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    args = shlex.split(command)
+    assert args[0] == "kvtrace" and not set(args) & (SEPARATORS | REDIRECTS), f"run as is: {command}"
+    env = {**os.environ, "NO_COLOR": "1", "KVTRACE_DEBUG": ""}
+    return subprocess.run([sys.executable, "-m", "kvtrace.analyze", *args[1:]], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+EXCERPTS = [(doc.relative_to(ROOT).as_posix(), command, shown)
+            for doc in DOCS for command, shown in console_excerpts(doc.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize(("doc", "command", "shown"), EXCERPTS, ids=[f"{d}: {c}"[:90] for d, c, _ in EXCERPTS])
+def test_console_excerpts_are_what_the_command_prints(doc: str, command: str, shown: list[str],
+                                                      tmp_path: Path) -> None:
+    run = _run_kvtrace(command, _repo_view(tmp_path))
+    assert run.returncode in (0, 1), f"{doc}: {command} exited {run.returncode}: {run.stderr[-500:]}"
+    assert excerpt_problem(shown, run.stdout) is None, f"{doc}: {command}: {excerpt_problem(shown, run.stdout)}"
+
+
+def test_the_excerpts_are_found_and_a_drifted_one_is_caught() -> None:
+    commands = [c for _, c, _ in EXCERPTS]
+    assert any(c.startswith("kvtrace triage ") for c in commands) and "kvtrace compare samples/stale-drafter " \
+        "samples/healthy" in commands and any(c.startswith("kvtrace report ") for c in commands)
+    output = "A: x\n| 1370 | 17 | 16 | -1 | n/a |  |\n| 1395 | 17 | 17 | 0 | 27 | refused batch |\nlast\n"
+    assert excerpt_problem(["A: x", "...", "| 1395 | 17 |  17 | 0 | 27 |", "refused batch |", "..."], output) is None
+    assert excerpt_problem(["...", "last"], output) is None
+    # the report excerpt as it had drifted: its line numbers 4 behind the report's
+    assert "not in the output" in (excerpt_problem(["...", "| 1366 | 17 | 16 | -1 | n/a |  |", "..."], output) or "")
+    assert "starts otherwise" in (excerpt_problem(["| 1370 | 17 | 16 | -1 | n/a |  |", "..."], output) or "")
+    assert "goes on" in (excerpt_problem(["A: x"], output) or "")
+    assert any(json_excerpt(shown) for doc, _, shown in EXCERPTS if doc == "README.md")  # a JSON one is checked too
+    printed = '{"kind": "kv_slot", "evidence": [{"line": 3, "text": "decode: failed"}, {"line": 4}], "n": 2}\n'
+    assert excerpt_problem(['{"kind": "kv_slot",', ' "evidence": [{"line": 3, "text": "decode: ..."}, "..."]}'],
+                           printed) is None
+    assert excerpt_problem(['{"kind": "...", "n": 2}'], printed) is None
+    assert excerpt_problem(['{"kind": "kv_slot", "side": "drafter"}'], printed) == ".side: no such key in the output"
+    assert excerpt_problem(['{"n": 3}'], printed) == ".n: printed 2, shown 3"
+    assert excerpt_problem(['{"evidence": [{"line": 3}]}'], printed) == ".evidence: 2 items printed, 1 shown"
+    assert excerpt_problem(['{"evidence": [{"line": 3, "text": "init: ..."}, "..."]}'], printed) == \
+        ".evidence[0].text: 'decode: failed' is not 'init: ...'"
+    assert excerpt_problem(['{"n": 2}'], "verdict: fixed\n") == "the output is not JSON: 'verdict: fixed'"
+    with pytest.raises(json.JSONDecodeError):
+        excerpt_problem(['{"kind": "kv_slot", ...}'], printed)  # JSON shown must be JSON: `...` only as a value
+    block = "```console\n$ kvtrace compare a b\nverdict: fixed\n$ kvtrace report s --format html -o r.html\n```\n"
+    assert console_excerpts(block) == [("kvtrace compare a b", ["verdict: fixed"])]
+
+
+PYTHON = [(doc.relative_to(ROOT).as_posix(), body) for doc in DOCS
+          for lang, body in FENCE.findall(doc.read_text(encoding="utf-8")) if lang == "python"]
+
+
+@pytest.mark.parametrize(("doc", "code"), PYTHON, ids=[f"{d}: python {i}" for i, (d, _) in enumerate(PYTHON)])
+def test_python_examples_run(doc: str, code: str, tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", code], cwd=_repo_view(tmp_path), capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert run.returncode == 0, f"{doc}: {run.stderr[-800:]}"
+    assert PYTHON and any(d == "README.md" for d, _ in PYTHON)

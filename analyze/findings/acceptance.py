@@ -1,9 +1,9 @@
 """Draft acceptance as people watch it: over time, per draft position, per request and per slot, from the log's
 lines and, where the capture scraped them, the server's own counters (metrics.parquet).
 
-The log's witnesses (log-formats.md §10): per verify step `accepted N/M draft tokens` (every step with
-LLAMA_TRACE=1; the `-v` wording skips the step that ends a request), per request `draft acceptance = R (A
-accepted / G generated)`. A request is a (slot, task) pair: the server numbers tasks once per process.
+The log's witnesses (docs/llama-cpp-lines.md#the-servers-lines): per verify step `accepted N/M draft tokens`
+(every step with LLAMA_TRACE=1; the `-v` wording skips the step that ends a request), per request `draft
+acceptance = R (A accepted / G generated)`. A request is a (slot, task) pair: the server numbers tasks once per process.
 
 Acceptance at draft position k means what llama-server's `acc per pos` and its
 `spec_decode_num_accepted_tokens_per_pos_total{position=k-1}` mean: the share of drafts whose k-th token was

@@ -6,12 +6,12 @@ look-around (so they also run on RE2/Rust engines) and are searched, not anchore
 with prefixes, markdown noise or stray characters glued on by interleaved stdout.
 
 `anchor` is a literal that every matching line contains: the walker tests it with `in` before running
-the regex, which keeps the hot loop cheap. References (F-xx, S-xx, section numbers) point into the
-project's log-format notes.
+the regex, which keeps the hot loop cheap. Comments that cite `docs/llama-cpp-lines.md#...` point to the
+project's account of that wording: which build prints it, in what format, and why the reader reads it so.
 
 `examples` are the lines an entry is for, one per wording: copied from the real captures and reports
 (tests/fixtures, samples) where they have one; otherwise the comment above them says where they come
-from (built to the log-format notes, or read by another test). tests/analyze/reader/test_patterns.py checks
+from (built by hand to a format docs/llama-cpp-lines.md gives, or read by another test). tests/analyze/reader/test_patterns.py checks
 that each holds the anchor, matches the regex and is given to its own entry by the walker's lookup.
 """
 
@@ -51,7 +51,7 @@ INT = r"-?\d+"
 #   meta    build, backends, GPUs, context creation, speculative implementation, flags
 #   generic any other recognisable llama.cpp line (only counted, to tell a log from prose)
 PATTERNS: tuple[Pattern, ...] = (
-    # ---- LLAMA_BATCH_DEBUG (§3.1): the input batch is dumped once, then once per ubatch split
+    # ---- LLAMA_BATCH_DEBUG (docs/llama-cpp-lines.md#batch-dumps): the input batch is dumped once, then once per ubatch split
     _p("batch_input", "batch", "input batch info", r"input batch info:", kind="input",
        examples=("0.00.228.522 D init: input batch info:",)),
     _p("batch_ubatch", "batch", "added ubatch to split", r"added ubatch to split", kind="ubatch",
@@ -67,7 +67,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.00.228.574 D init:   seq       = [",)),
     _p("batch_seq_close", "batch", "init:", r"init:\s+\]\s*$", kind="seq_close",
        examples=("0.00.228.587 D init:   ]",)),
-    # ---- LLAMA_KV_CACHE_DEBUG (§5)
+    # ---- LLAMA_KV_CACHE_DEBUG (docs/llama-cpp-lines.md#kv-cache-lines)
     _p("kv_stream", "kv", "find_slot: stream[",
        r"find_slot: stream\[(?P<stream>\d+)\], n = \s*(?P<n>\d+), used = \s*(?P<used>\d+), "
        r"head = \s*(?P<head>\d+), size = \s*(?P<size>\d+)", kind="stream",
@@ -82,7 +82,7 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="accepted", component="target",
        examples=("0.01.116.440 I slot   operator(): id  0 | task 0 | accepted  1/ 3 draft tokens",
                  "0.01.118.254 D slot   operator(): id  0 | task 0 | accepted 1/3 draft tokens, new n_tokens = 26")),
-    # ---- the position-check error block (§3.2); every closing variant, any part may be cut off
+    # ---- the position-check error block (docs/llama-cpp-lines.md#the-position-check); every closing variant, any part may be cut off
     # the header cut where a paste or a terminal ended it (`... in the input ba`, journald's `... batch have>`) is
     # still the header: no other message of llama-batch.cpp says "the tokens of sequence N in the input"
     _p("pos_header", "block", "the tokens of sequence",
@@ -113,27 +113,27 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="close", builds="upstream (X < Y); forks and older upstream (X <= Y)",
        examples=(" for M-RoPE, it is required that the position satisfies: X < Y",
                  " for M-RoPE, it is required that the position satisfies: X <= Y")),
-    # ---- batch validation failures that return -1 (§3.2)
+    # ---- batch validation failures that return -1 (docs/llama-cpp-lines.md#the-position-check)
     _p("not_continuous", "failure", "positions are not continuous",
        r"sequence (?P<seq>\d+) positions are not continuous", kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: sequence 0 positions are not continuous",)),
     _p("decreasing", "failure", "positions are decreasing",
        r"sequence (?P<seq>\d+) positions are decreasing", kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: sequence 0 positions are decreasing (not allowed)",)),
     _p("diverged", "failure", "in the input batch, but have",
        r"sequence (?P<seq>\d+) is coupled to (?P<other>\d+) in the input batch, but have div\w*ged",
        kind="decode_failed",
-       # examples: built to the log-format notes §3.2 (sic: divereged)
+       # examples: built to docs/llama-cpp-lines.md#the-position-check (sic: divereged)
        examples=("0.01.000.002 E init: sequence 1 is coupled to 0 in the input batch, but have divereged",)),
     _p("incompatible_sets", "failure", "incompatible sequence sets",
        r"sequence (?P<seq>\d+) belongs to incompatible sequence sets", kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: sequence 1 belongs to incompatible sequence sets (not allowed)",)),
     _p("coupled_split", "failure", "coupled sequences in the input batch",
        r"sequential split is not supported when there are coupled sequences", kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E split_equal: sequential split is not supported when there are coupled sequences in the input batch (you may need to use the -kvu flag)",)),
     _p("seq_not_from_last", "failure", "does not start from the last position",
        r"sequence (?P<seq>\d+) does not start from the last position stored in the memory", kind="decode_failed",
@@ -141,49 +141,49 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("Processing Prompt (1 / 1 tokens)init: sequence 0 does not start from the last position stored in the memory",)),
     _p("invalid_token", "failure", "invalid token[", rf"invalid token\[(?P<i>\d+)\] = (?P<token>{INT})",
        kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: invalid token[3] = 151936",)),
     _p("invalid_seq_id", "failure", "invalid seq_id[",
        rf"invalid seq_id\[(?P<i>\d+)\]\[\d+\] = (?P<seq>{INT}) >= (?P<max>\d+)", kind="decode_failed",
-       # examples: built to the log-format notes §3.2
+       # examples: built to docs/llama-cpp-lines.md#the-position-check
        examples=("0.01.000.002 E init: invalid seq_id[0][0] = 4 >= 4",)),
-    # ---- decode / encode failures (§4) and the callers that say which side failed (§2.3, §6, §7)
+    # ---- decode / encode failures and the callers that say which side failed (docs/llama-cpp-lines.md#decode-failures)
     _p("init_failed", "failure", "failed to initialize batch", r"failed to initialize batch",
        kind="decode_failed", extra={"stage": "1"},
        examples=("3.28.378.763 E decode: failed to initialize batch",)),
     _p("llama_decode_ret", "failure", "code, ret =",
        rf"llama_(?:de|en)code: failed to (?:de|en)code, ret = (?P<ret>{INT})",
        kind="decode_failed", extra={"stage": "2"},
-       # examples: the second built to the log-format notes §4
+       # examples: the second built to docs/llama-cpp-lines.md#decode-failures
        examples=("3.28.378.764 E llama_decode: failed to decode, ret = -1",
                  "1.02.345.607 E llama_encode: failed to encode, ret = -1")),
     _p("dflash_drafter_failed", "failure", "drafter decode failed",
        rf"dflash: drafter decode failed with (?P<ret>{INT})", kind="decode_failed", component="drafter",
-       builds="beellama.cpp v0.2-v0.3 (F-30/F-40)", extra={"stage": "3"},
+       builds="beellama.cpp v0.2-v0.3, flat and tree drafts", extra={"stage": "3"},
        examples=("0.00.168.950 E dflash: drafter decode failed with -1",)),
     _p("dflash_batch_failed", "failure", "dflash batch: decode failed",
        rf"dflash batch: decode failed with (?P<ret>{INT})", kind="decode_failed", component="drafter",
-       builds="beellama.cpp v0.2-v0.3 (F-50)", extra={"stage": "3"},
-       # examples: built to the log-format notes §2.3 F-50 (quoted in §8)
+       builds="beellama.cpp v0.2-v0.3, batched drafts", extra={"stage": "3"},
+       # examples: built to docs/llama-cpp-lines.md#drafting-failures
        examples=("1.02.345.690 E dflash batch: decode failed with -1",)),
     _p("ctx_dft_failed", "failure", "ctx_dft)",
        rf"llama_(?:(?:de|en)code|process)\(ctx_dft\)[^\n]*?rc=(?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="upstream EAGLE3/MTP/draft-dflash, forks", extra={"stage": "3"},
-       # examples: the others built to the upstream speculative-type notes (ERR :1232) and the log-format notes §7
+       # examples: the others built to docs/llama-cpp-lines.md#speculative-decoding-upstream and #decode-failures
        examples=("3.28.378.765 E spec flush_deferr: llama_decode(ctx_dft) deferred flush failed rc=-1",
                  "0.01.000.000 E spec      process: llama_process(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)",
                  "0.01.000.000 E spec      process: llama_encode(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)")),
     _p("draft_decode_returned", "failure", " returned ",
        rf"draft\w*: llama_(?:decode|process)(?:\[\d+\])? returned (?P<ret>{INT})", kind="decode_failed",
        component="drafter", builds="upstream draft-simple/draft-dflash, MTP forks", extra={"stage": "3"},
-       # examples: the second from the field notes §9, the third built to the log-format notes §7
+       # examples: the second measured (docs/llama-cpp-lines.md#measured-on-real-runs), the third built to #speculative-decoding-upstream
        examples=("0.44.777.485 W draft: llama_decode returned -1",
                  "W draft: llama_process returned 1",
                  "1.00.000.100 E spec        draft: llama_decode[0] returned -1")),
     _p("draft_batch_failed", "failure", "failed to decode draft batch",
        rf"failed to decode draft batch, ret = (?P<ret>{INT})", kind="decode_failed", component="drafter",
        extra={"stage": "3"},
-       # examples: built to the log-format notes §7
+       # examples: built to docs/llama-cpp-lines.md#decode-failures
        examples=("1.00.000.100 E spec      process: failed to decode draft batch, ret = -1",)),
     _p("speculative_batch_failed", "failure", "failed to process speculative batch",
        r"failed to process speculative batch", kind="decode_failed", component="drafter",
@@ -192,19 +192,19 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("invalid_input_batch", "failure", "Invalid input batch",
        rf"Invalid input batch\.? (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), ret = (?P<ret>{INT})",
        kind="decode_failed", component="target", extra={"stage": "4"},
-       # examples: the second the log-format notes' example, §6
+       # examples: the second built to docs/llama-cpp-lines.md#the-servers-lines
        examples=("srv  update_slots: Invalid input batch. i = 0, n_batch = 2048, ret = -1",
                  "3.01.002.003 E srv        decode: Invalid input batch. off = 0, n_batch = 2048, ret = -1")),
     _p("compute_error", "failure", "Compute error",
        rf"Compute error\.? (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), ret = (?P<ret>{INT})",
        kind="decode_failed", component="target", extra={"stage": "4"},
-       # examples: built to the log-format notes §6 (off) and §2.4 S-21 (i)
+       # examples: built to docs/llama-cpp-lines.md#the-servers-lines (off, then i)
        examples=("3.01.002.003 E srv        decode: Compute error. off = 0, n_batch = 2048, ret = -3",
                  "srv  update_slots: Compute error. i = 0, n_batch = 2048, ret = -3")),
     _p("context_exceeded", "failure", "Context size has been exceeded",
        rf"Context size has been exceeded\.?(?: (?:i|off) = (?P<off>\d+), n_batch = (?P<n_batch>\d+), "
        rf"ret = (?P<ret>{INT}))?", kind="kv_slot", component="target", extra={"stage": "4"},
-       # examples: built to the log-format notes §6 (off) and §2.4 S-21 (i)
+       # examples: built to docs/llama-cpp-lines.md#the-servers-lines (off, then i)
        examples=("3.01.002.003 E srv        decode: Context size has been exceeded. off = 0, n_batch = 2048, ret = 1",
                  "3.01.002.003 E srv  update_slots: Context size has been exceeded. i = 0, n_batch = 2048, ret = 1")),
     _p("kv_cache_full", "failure", "KV cache is full",
@@ -230,7 +230,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("python_decode_raise", "failure", "llama_decode returned",
        rf"(?:RuntimeError|ValueError|Exception|Error)\b\W*llama_decode returned (?P<ret>{INT})", kind="decode_failed",
        builds="llama-cpp-python (Llama.eval raises)", extra={"stage": "4"},
-       # examples: the exception the log-format notes quote, §10.6
+       # examples: the exception as docs/llama-cpp-lines.md#runtimes-around-llamacpp gives it
        examples=("RuntimeError: llama_decode returned -1",)),
     _p("go_kv_slot", "failure", "could not find a kv cache slot",
        r"could not find a kv cache slot(?: \(length: (?P<n_tokens>\d+)\))?", kind="kv_slot",
@@ -272,7 +272,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("draft_ctx_create_failed", "failure", "failed to create",
        r"failed to create (?:the )?(?:shared )?(?P<what>MTP|draft|DFlash|EAGLE\d?|speculative|drafter)\w*(?: drafter)? context",
        kind="load", component="drafter", extra={"stage": "2"},
-       # examples: the others built to the log-format notes §6 and §2.4 S-04
+       # examples: the others built to docs/llama-cpp-lines.md#the-servers-lines and #start-up-lines
        examples=("E srv    load_model: failed to create MTP context",
                  "E srv    load_model: failed to create draft context",
                  "E srv    load_model: failed to create shared DFlash drafter context")),
@@ -285,12 +285,12 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("srv    load_model: failed to load MTP head from 'C:\\Qwen3.6-35B-A3B-MTP-UD-Q4_K_XL.gguf'",
                  "srv    load_model: failed to load draft model, 'C:\\Qwen3.5-0.8B-Q4_K_M.gguf'")),
     _p("draft_not_valid", "failure", "is not a valid DFlash drafter", r"is not a valid DFlash drafter",
-       kind="load", component="drafter", builds="beellama.cpp (S-02)", extra={"stage": "2"},
-       # examples: built to the log-format notes §2.4 S-02
+       kind="load", component="drafter", builds="beellama.cpp", extra={"stage": "2"},
+       # examples: built to docs/llama-cpp-lines.md#start-up-lines
        examples=("E srv    load_model: draft model 'dflash.gguf' is not a valid DFlash drafter: missing complete DFlash metadata",)),
     _p("draft_vocab_mismatch", "failure", "draft model vocab",
        r"draft model vocab type must match target model", kind="load", component="drafter", extra={"stage": "2"},
-       # examples: built to the log-format notes §2.8 (the end as upstream's common/speculative.cpp words it)
+       # examples: built to docs/llama-cpp-lines.md#speculative-decoding-upstream (the end as upstream words it)
        examples=("E common_speculative_are_compatible: draft model vocab type must match target model to use speculation but vocab_type_dft = 1 while vocab_type_tgt = 2",)),
     # one entry per anchor: no literal is in all three wordings
     _p("embd_mismatch", "failure", "match",
@@ -305,7 +305,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: no capture has one: the wording issue 23 names
        examples=("n_embd of the draft differs from the target's (2048 vs 4096)",)),
     # a drafter that needs its target's context to be created (DFlash, an MTP head such as Gemma4Assistant): the
-    # draft side's, even where no other line names the draft (the log-format notes' `dflash requires ctx_other`,
+    # draft side's, even where no other line names the draft (docs/llama-cpp-lines.md#start-up-notices: `dflash requires ctx_other`,
     # tests/fixtures/blind/batch-4 report 03's `Gemma4Assistant requires ctx_other`)
     _p("ctx_other_required", "failure", "requires ctx_other",
        r"failed to initialize the context: (?P<msg>\S+ requires ctx_other to be set.*)", kind="load",
@@ -332,27 +332,27 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("model_load_error", "failure", "error loading model", r"error loading model: (?P<msg>.*)", kind="load",
        extra={"stage": "1"},
        examples=("llama_model_load: error loading model: invalid vector subscript",)),
-    # ---- newer upstream and b11434 (log-format notes §10): failures of their own wording
+    # ---- newer builds and b11434 (docs/llama-cpp-lines.md#newer-builds-and-forks): failures of their own wording
     _p("draft_trim_failed", "failure", "failed to trim draft memory",
        r"failed to trim draft memory for sequence (?P<seq>\d+)", kind="error", component="drafter",
        builds="upstream MTP (newer than b11434)", extra={"stage": "0"},
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.000.000 E spec flush_deferr: failed to trim draft memory for sequence 0",)),
     _p("chain_process_failed", "failure", "llama_process(chain) returned",
        rf"llama_process\(chain\) returned (?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)", extra={"stage": "3"},
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.02.000.000 E llama_process(chain) returned -1",)),
     _p("adaptive_range_abort", "failure", "invalid adaptive draft range",
        r"invalid adaptive draft range(?:: (?P<cond>.*))?", kind="assert", builds="upstream draft-mtp-adaptive (newer)",
        extra={"stage": "0"},
-       # examples: built to the log-format notes §10.3 (its detail after the colon not given there)
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (the detail after the colon made up)
        examples=("common/speculative.cpp:1500: invalid adaptive draft range: n_min = 4 > n_max = 2",)),
     _p("synthetic_bad_args", "failure", "synthetic acceptance",
        r"synthetic acceptance (?P<cond>length and rates are mutually exclusive|rates must be monotonically "
        r"non-increasing|requires at least one speculative token)", kind="error",
        builds="b11434 --spec-synth-len/--spec-synth-rates, at start-up", extra={"stage": "0"},
-       # examples: built to the log-format notes §10.1
+       # examples: built to docs/llama-cpp-lines.md#synthetic-acceptance
        examples=("error: synthetic acceptance length and rates are mutually exclusive",
                  "error: synthetic acceptance rates must be monotonically non-increasing",
                  "error: synthetic acceptance requires at least one speculative token")),
@@ -360,7 +360,7 @@ PATTERNS: tuple[Pattern, ...] = (
        extra={"stage": "3"},
        # examples: any other call that failed with an rc= (no capture has one)
        examples=("E spec      prepare: chain decode failed rc=-1",)),
-    # ---- no room in the KV cache (§4, §5, §6)
+    # ---- no room in the KV cache (docs/llama-cpp-lines.md#kv-cache-lines)
     _p("no_memory_slot", "failure", "failed to find a memory slot",
        r"failed to find a memory slot for batch of size (?P<n_tokens>\d+)", kind="kv_slot",
        extra={"stage": "1"},
@@ -372,21 +372,21 @@ PATTERNS: tuple[Pattern, ...] = (
                  "1148.24.913.094 W srv              update_slots: failed to find free space in the KV cache, retrying with smaller batch size - try increasing it via total context size or enabling defragmentation, i = -32, n_batch = 32, ret = 1")),
     _p("ubatch_prepare", "failure", "failed to prepare",
        r"failed to prepare (?P<what>attention|recurrent) ubatches", kind="kv_slot", extra={"stage": "1"},
-       # examples: the second built to the log-format notes §5
+       # examples: the second built to docs/llama-cpp-lines.md#kv-cache-lines
        examples=("29.22.010.153 E init_batch: failed to prepare attention ubatches",
                  "0.01.000.000 E init_batch: failed to prepare recurrent ubatches")),
     _p("no_cells", "failure", "available cells in kv cache",
        r"failed to find (?:(?P<n>\d+) )?available cells in kv cache", kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes §5 (upstream, then the fork)
+       # examples: built to docs/llama-cpp-lines.md#kv-cache-lines (upstream, then the fork)
        examples=("0.01.000.000 E state_read_meta: failed to find 512 available cells in kv cache",
                  "0.01.000.000 E state_read_meta: failed to find available cells in kv cache")),
     _p("not_enough_cells", "failure", "not enough cells in kv cache", r"not enough cells in kv cache",
        kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes §5
+       # examples: built to docs/llama-cpp-lines.md#kv-cache-lines
        examples=("0.01.000.000 E state_read_meta: not enough cells in kv cache",)),
     _p("kv_too_small", "failure", "> size =", r"find_slot: n_tokens = (?P<n_tokens>\d+) > size = (?P<size>\d+)",
        kind="kv_slot", extra={"stage": "1"},
-       # examples: built to the log-format notes §5
+       # examples: built to docs/llama-cpp-lines.md#kv-cache-lines
        examples=("0.01.000.000 E find_slot: n_tokens = 1024 > size = 512",)),
     # ---- asserts and aborts
     _p("encoder_assert", "failure", "encoder requires",
@@ -414,7 +414,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the title of corpus report 30 (tests/fixtures/corpus/labels.json)
        examples=("title: Eval bug: Assertion `count > 0 && count <= ctx->penalty_last_n' failed.",)),
     _p("ggml_abort", "failure", "GGML_ABORT", r"GGML_ABORT\((?P<cond>.*)\)", kind="assert", extra={"stage": "0"},
-       # examples: the macro as a report quotes the code (the upstream speculative-type notes)
+       # examples: the macro as a report quotes the code (docs/llama-cpp-lines.md#speculative-decoding-upstream)
        examples=('    GGML_ABORT("failed to remove sequence %d\\n")',)),
     # what GGML_ABORT("fatal error") prints (ggml_abort: `%s:%d: ` then the message): the backend's own abort
     # line, before its backtrace, a CPU op it cannot run or a CUDA kernel it has no case for; a compiler's
@@ -471,8 +471,8 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("Failed to connect to 127.0.0.1:50052",)),
     _p("invalid_reduced_logits", "failure", "invalid reduced-logits",
        r"invalid reduced-logits (?:token (?P<token>-?\d+)|shape) in (?P<where>\w+)", kind="error",
-       component="drafter", builds="beellama.cpp (F-32, F-33, F-42, F-51)", extra={"stage": "0"},
-       # examples: built to the log-format notes §2.3 F-32 and F-33
+       component="drafter", builds="beellama.cpp v0.2-v0.3", extra={"stage": "0"},
+       # examples: built to docs/llama-cpp-lines.md#drafting-failures
        examples=("0.14.967.966 E dflash: invalid reduced-logits token -1 in draft at row=1/16 (top_k=1 committed=382 cross_len=382)",
                  "0.14.967.966 E dflash: invalid reduced-logits shape in draft_tree (rows=15 required=16 top_k=1)")),
     _p("terminate", "failure", "terminate called", r"terminate called (?P<cond>.*)", kind="assert",
@@ -481,7 +481,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("terminate called after throwing an instance of 'std::runtime_error'",)),
     # ---- lines that follow a failure (never start one)
     _p("decode_exception", "follow", "decode() failed", r"decode\(\) failed: (?P<msg>.*)",
-       # examples: built to the log-format notes §6
+       # examples: built to docs/llama-cpp-lines.md#the-servers-lines
        examples=("3.01.002.004 E srv  update_slots: decode() failed: Invalid input batch.",)),
     _p("send_error", "follow", "send_error", r"send_error: task id = (?P<task>\d+), error: (?P<msg>.*)",
        examples=("srv    send_error: task id = 297, error: Invalid input batch.",)),
@@ -502,86 +502,86 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("#3 llama_context::encode(llama_batch const&)",
                  "[60957] #4  0x00007f3c2a1b2c3d in common_speculative_draft(common_speculative*, ...)",
                  "llama-bee    | #2  0x000055d0c1f2a3b4 in llama_decode ()")),
-    # ---- resets (§2.1, §5, §6)
+    # ---- resets (docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix, #kv-cache-lines, #the-servers-lines)
     _p("dflash_clear_stale", "event", "clearing stale drafter KV",
        rf"dflash: clearing stale drafter KV for seq=(?P<seq>\d+) before (?P<where>[^:]+): "
        rf"pos_max=(?P<pos_max>{INT}) next_pos=(?P<next_pos>{INT})",
-       kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (F-01)",
-       # examples: the log-format notes' example, §2.1 F-01
+       kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (the fix)",
+       # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("1.02.345.678 W dflash: clearing stale drafter KV for seq=0 before flat draft: pos_max=259 next_pos=1361",)),
     _p("dflash_clear_seq", "event", "DFLASH_DBG clear drafter seq",
        rf"DFLASH_DBG clear drafter seq: seq=(?P<seq>\d+) reason=(?P<reason>.*?) pos_max=(?P<pos_max>{INT})",
-       kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (F-02)",
-       # examples: the log-format notes' example, §2.1 F-02
+       kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (the fix)",
+       # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("1.02.345.679 D DFLASH_DBG clear drafter seq: seq=0 reason=flat draft pos_max=259",)),
     _p("dflash_discard_ring", "event", "discarding cross-ring state",
        r"dflash: discarding cross-ring state: (?P<reason>.*)", kind="reset", component="drafter",
-       builds="beellama.cpp (F-03)",
-       # examples: the log-format notes' example, §2.1 F-03
+       builds="beellama.cpp v0.2-v0.3",
+       # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("0.41.002.117 W dflash: discarding cross-ring state: prefill flush mismatch",)),
     # the draft mirror and MTP find the drafter's memory stale (it ends at or past the target's next row) and
-    # trim it themselves (§10.2): the seed's bug detected and repaired by llama.cpp (the verdict's stale_trims)
+    # trim it themselves (docs/llama-cpp-lines.md#stale-draft-trims): the seed's bug detected and repaired by llama.cpp (the verdict's stale_trims)
     _p("draft_mirror_trim", "event", "stale draft memory",
        rf"seq (?P<seq>\d+): stale draft memory \(ends at (?P<last_pos>{INT}), target rows start at "
        rf"(?P<batch_start>{INT})\), trimming", kind="stale_trim", component="drafter",
        builds="upstream draft mirror, continues_draft (newer than b11434)",
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec continues_dr: seq 0: stale draft memory (ends at 259, target rows start at 200), trimming",)),
     _p("mtp_stale_trim", "event", "stale draft KV for seq",
        rf"stale draft KV for seq (?P<seq>\d+) (?P<where>[^:]*?): pos_max (?P<last_pos>{INT}) >= (?:\w+ )?start "
        rf"(?P<batch_start>{INT}), trimming", kind="stale_trim", component="drafter",
        builds="upstream MTP (newer than b11434)",
-       # examples: built to the log-format notes §10.2 (the deferred flush verified, the other from its summary)
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims (the second's wording less certain)
        examples=("0.02.113.410 W spec flush_deferr: stale draft KV for seq 0 at deferred flush: pos_max 41 >= flush start 38, trimming",
                  "0.02.113.410 W spec      process: stale draft KV for seq 1 at process: pos_max 97 >= batch start 95, trimming")),
     # the mirror gives a sequence up instead (no drafts for it until its draft memory catches up)
     _p("draft_not_trimmable", "event", "the draft memory cannot be trimmed",
        r"seq (?P<seq>\d+): the draft memory cannot be trimmed, the sequence is not mirrored", kind="not_mirrored",
        component="drafter", builds="upstream draft mirror (newer than b11434)",
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec continues_dr: seq 0: the draft memory cannot be trimmed, the sequence is not mirrored",)),
     _p("draft_outside_vocab", "event", "outside the draft vocab",
        r"seq (?P<seq>\d+): the draft cannot take token (?P<token>\d+) \(outside the draft vocab\)", kind="not_mirrored",
        component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 W spec report_rejec: seq 0: the draft cannot take token 151900 (outside the draft vocab), the sequence is not mirrored while its draft memory lags the target",)),
     _p("draft_rejected_again", "event", "rejected by the draft again",
        r"seq (?P<seq>\d+): token (?P<token>\d+) rejected by the draft again", kind="not_mirrored",
        component="drafter", builds="upstream draft mirror, report_rejected (newer than b11434)",
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 D spec report_rejec: seq 0: token 151900 rejected by the draft again",)),
     _p("draft_not_mirrored", "event", "not mirrored",
        rf"seq (?P<seq>\d+): draft memory ends at (?P<last_pos>{INT}), target rows start at (?P<batch_start>{INT}), "
        r"not mirrored", kind="not_mirrored", component="drafter", builds="upstream draft mirror (newer than b11434)",
-       # examples: built to the log-format notes §10.2
+       # examples: built to docs/llama-cpp-lines.md#stale-draft-trims
        examples=("0.02.113.410 D spec continues_dr: seq 0: draft memory ends at 150, target rows start at 200, not mirrored",)),
-    # DFlash (§10.3): the draft batch is too small for every sequence's block, or refused one of its rows
+    # DFlash (docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp): the draft batch is too small for every sequence's block, or refused one of its rows
     _p("draft_batch_clamp", "event", "do not fit the draft batch",
        r"(?P<n_seqs>\d+) sequences of n_max=(?P<n_max>\d+) do not fit the draft batch (?P<n_batch>\d+) -- clamping "
        r"n_max to (?P<n_to>\d+)", kind="draft_clamp", component="drafter", builds="upstream DFlash (newer than b11434)",
-       # examples: built to the log-format notes §10.3 (its function name not given there)
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (its function name unknown)
        examples=("0.01.000.000 W 4 sequences of n_max=16 do not fit the draft batch 32 -- clamping n_max to 7",)),
     _p("draft_features_sanitized", "event", "non-finite/f",
        r"sanitized (?P<n>\d+) non-finite/f\d+-overflow target feature values", kind="draft_warning",
        component="drafter", builds="upstream DFlash (newer than b11434), once per process",
-       # examples: built to the log-format notes §10.3 (its end not given there)
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (its end unknown)
        examples=("0.01.000.000 W sanitized 12 non-finite/f16-overflow target feature values",)),
     _p("injection_row_rejected", "event", "injection batch rejected feature row",
        r"injection batch rejected feature row (?P<row>\d+) of (?P<n_rows>\d+)", kind="draft_rejected",
        component="drafter", builds="upstream DFlash (newer than b11434)",
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.01.000.000 E injection batch rejected feature row 3 of 16",)),
     _p("noise_row_rejected", "event", "rejected a noise-block row",
        r"seq (?P<seq>\d+): the draft batch rejected a noise-block row, no draft this round", kind="draft_rejected",
        component="drafter", builds="upstream DFlash (newer than b11434)",
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.01.000.000 E seq 1: the draft batch rejected a noise-block row, no draft this round",)),
     _p("chain_unsupported", "event", "chained MTP is not supported",
        r"chained MTP is not supported for this model; using sequential MTP", kind="draft_warning",
        component="drafter", builds="upstream chained MTP, LLAMA_SPEC_CHAIN (newer than b11434)",
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.00.300.000 W chained MTP is not supported for this model; using sequential MTP",)),
-    # synthetic acceptance (b11434, §10.1): the server makes up which drafts are accepted, for benchmarking
+    # synthetic acceptance (b11434, docs/llama-cpp-lines.md#synthetic-acceptance): the server makes up which drafts are accepted, for benchmarking
     _p("synthetic_enabled", "event", "synthetic speculative acceptance is enabled",
        r"synthetic speculative acceptance is enabled", kind="synthetic", builds="b11434 --spec-synth-len/--spec-synth-rates",
        examples=("0.00.078.200 W spec common_specu: synthetic speculative acceptance is enabled for benchmarking; generated output is not valid",)),
@@ -592,7 +592,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("synthetic_limit", "event", "synthetic acceptance draft limit",
        r"synthetic acceptance draft limit was reduced from (?P<n_from>\d+) to (?P<n_to>\d+)", kind="synthetic",
        builds="b11434 --spec-synth-len/--spec-synth-rates",
-       # examples: built to the log-format notes §10.1
+       # examples: built to docs/llama-cpp-lines.md#synthetic-acceptance
        examples=("0.00.078.207 I spec common_specu: synthetic acceptance draft limit was reduced from 16 to 3 by the initialized speculative implementations",)),
     _p("seq_rm", "event", "memory_seq_rm [", rf"memory_seq_rm \[(?P<pos>{INT}), end\)", kind="reset",
        component="target", extra={"hint": "1"},
@@ -603,16 +603,16 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("truncate_clear", "event", "failed to truncate tokens",
        rf"failed to truncate tokens with position >= (?P<pos>{INT}) - clearing the memory", kind="reset",
        component="target",
-       # examples: built to the log-format notes §2.4 S-21
+       # examples: built to docs/llama-cpp-lines.md#the-servers-lines
        examples=("slot update_slots: id  0 | task 94 | failed to truncate tokens with position >= 512 - clearing the memory",)),
     _p("memory_removed", "event", "removing memory module entries",
        rf"removing memory module entries for seq_id = (?P<seq>\d+), pos = \[(?P<pos>{INT}), \+inf\)",
        kind="reset",
-       # examples: built to the log-format notes §4
+       # examples: built to docs/llama-cpp-lines.md#kv-cache-lines
        examples=("0.01.000.000 W decode: removing memory module entries for seq_id = 0, pos = [24, +inf)",)),
     _p("purge", "event", "purging positions",
        rf"purging positions \[(?P<pos>{INT}), (?P<pos_end>{INT})\] of sequence (?P<seq>\d+)", kind="reset",
-       # examples: built to the log-format notes §5
+       # examples: built to docs/llama-cpp-lines.md#kv-cache-lines
        examples=("0.01.000.000 D apply_ubatch: purging positions [24, 31] of sequence 0 from KV cache",)),
     _p("context_shift", "event", "context shift",
        r"context shift, n_keep = (?P<n_keep>\d+), n_left = (?P<n_left>\d+), n_discard = (?P<n_discard>\d+)",
@@ -621,10 +621,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("checkpoint_restore", "event", "checkpoint",
        rf"restor\w* (?:speculative |context )?checkpoint(?: \(pos_min = (?P<pos_min>{INT}), pos_max = (?P<pos>{INT}))?",
        kind="checkpoint_restore", component="target",
-       # examples: built to the log-format notes §6
+       # examples: built to docs/llama-cpp-lines.md#the-servers-lines
        examples=("0.01.000.000 D slot   operator(): id  0 | task 0 | restoring speculative checkpoint (pos_min = 0, pos_max = 23, size = 1024)",
                  "0.01.000.000 D slot   operator(): id  0 | task 0 | restored context checkpoint (pos_min = 0, pos_max = 23, n_tokens = 24, size = 0.062 MiB)")),
-    # ---- slot life-cycle (§2.4 S-21, §6)
+    # ---- slot life-cycle (docs/llama-cpp-lines.md#the-servers-lines)
     _p("new_prompt", "event", "new prompt",
        r"new prompt, n_ctx_slot = (?P<n_ctx_slot>\d+), n_keep = (?P<n_keep>\d+), task\.n_tokens = (?P<n_tokens>\d+)",
        kind="new_prompt", component="target", extra={"hint": "1"},
@@ -642,7 +642,7 @@ PATTERNS: tuple[Pattern, ...] = (
        r"stop processing: n_tokens = (?P<pos>\d+), truncated = (?P<truncated>\d+)", kind="stop",
        component="target",
        examples=("0.01.172.278 I slot      release: id  0 | task 0 | stop processing: n_tokens = 47, truncated = 0",)),
-    # ---- the server came up and serves (§6): a start-up failure before these lines did not stop it
+    # ---- the server came up and serves (docs/llama-cpp-lines.md#start-up-notices): a start-up failure before these lines did not stop it
     _p("server_model_loaded", "event", ": model loaded", r"(?:llama_server|main): model loaded\s*$", kind="server_ready",
        component="target",
        examples=("0.00.021.477 I srv  llama_server: model loaded",
@@ -654,12 +654,12 @@ PATTERNS: tuple[Pattern, ...] = (
                  "main: server is listening on http://127.0.0.1:8080 - starting the main loop")),
     _p("server_idle", "event", "all slots are idle", r"all slots are idle", kind="server_ready", component="target",
        examples=("0.00.021.631 I srv  update_slots: all slots are idle",)),
-    # ---- speculative statistics, every wording (§2.4 S-19, §6, §7, 2023 CLI)
+    # ---- speculative statistics, every wording (docs/llama-cpp-lines.md#acceptance-in-four-wordings, #runtimes-around-llamacpp)
     _p("draft_acceptance", "event", "draft acceptance",
        r"draft acceptance(?: rate)? = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
        r"(?:, mean (?:len|acceptance length) =\s*(?P<mean_len>[\d.]+))?"
        r"(?:, acceptance rate per position = \((?P<acc_per_pos>[^)]*)\))?", kind="draft_stats",
-       # examples: the four wordings (log-format notes §10.4): 2025's two, mid-2026's (built to the notes), b11434's
+       # examples: the four wordings of docs/llama-cpp-lines.md#acceptance-in-four-wordings (the third built to it)
        examples=("draft acceptance rate = 0.00000 (    0 accepted /     3 generated)",
                  "0.00.205.061 I slot print_timing: id  0 | task 0 | draft acceptance = 0.08333 (    1 accepted /    12 generated)",
                  "0.01.172.204 I slot print_timing: id  0 | task 0 | draft acceptance = 0.10417 (    5 accepted /    48 generated), mean acceptance length =  1.29, acceptance rate per position = (0.294, 0.000, 0.000)",
@@ -670,7 +670,7 @@ PATTERNS: tuple[Pattern, ...] = (
        r"#gen tokens = \s*(?P<gen_tokens>\d+), #acc tokens = \s*(?P<acc_tokens>\d+)"
        r"(?:, #mean acc len = (?P<mean_acc_len>[\d.]+))?(?:, #acc rate/pos = \((?P<acc_per_pos>[^)]*)\))?",
        kind="draft_stats",
-       # examples: the second the log-format notes' example, §2.3 F-95
+       # examples: the second built to docs/llama-cpp-lines.md#debug-and-profile-lines
        examples=("0.01.172.224 I spec common_specu: statistics     draft-dflash: #calls(b,g,a) =    1     17     17, #gen drafts =     17, #acc drafts =     5, #gen tokens =     48, #acc tokens =     5, #mean acc len = 1.29, #acc rate/pos = (0.294), dur(b,g,a) = 0.002, 15.220, 0.007 ms",
                  "2.10.130.010 I statistics           dflash: #calls(b,g,a) =    1    412    412, #gen drafts =    412, #acc drafts =   301, #gen tokens =   6180, #acc tokens =  1020, dur(b,g,a) = 0.052, 33012.441, 1.234 ms")),
     _p("acc_per_pos", "event", "acc per pos", r"acc per pos = \((?P<acc_per_pos>[^)]*)\)", kind="draft_stats",
@@ -682,7 +682,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("statistics ngram_mod(tail), blocked = 2/64, pos_accept=[87%,78%,68%,67%,58%,57%,49%,41%,...]",
                  "the token acceptance rate for MTP is: `pos_accept=[91%,76%,63%,53%]`")),
     # forks' adaptive draft-max: the draft depth the server chose from the acceptance it saw (beellama's `adaptive
-    # dm:` lines, log-format notes §4 S-20, and v0.4.0's `adaptive draft-max profit`)
+    # dm:` lines, docs/llama-cpp-lines.md#debug-and-profile-lines, and v0.4.0's `adaptive draft-max profit`)
     _p("adaptive_draft_max", "event", "adaptive d",
        r"adaptive (?:dm|draft-max)(?: profit)?:\s*(?:(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)|fringe=|reset state)",
        kind="draft_stats", builds="beellama.cpp",
@@ -755,7 +755,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("dflash_histogram", "event", "dflash acceptance histogram",
        r"dflash acceptance histogram: cycles=(?P<cycles>\d+) requested=(?P<requested>\d+) "
        r"produced=(?P<produced>\d+) accepted=(?P<accepted>\d+)", kind="draft_stats", builds="beellama.cpp",
-       # examples: built to the log-format notes §2.4 S-19 (the v0.2.0 form)
+       # examples: built to docs/llama-cpp-lines.md#debug-and-profile-lines
        examples=("dflash acceptance histogram: cycles=412 requested=6180 produced=6180 accepted=1020 bins[0,1,2,3,4+]=[111,150,90,40,21]",)),
     _p("adaptive_depth", "event", "adaptive n",
        r"adaptive n\s*:\s*(?P<n_from>\d+)\s*->\s*(?P<n_to>\d+)\s*\(seq (?P<seq>\d+), n_draft=(?P<generated>\d+), "
@@ -764,7 +764,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("adaptive_depth_seq", "event", "adaptive draft depth seq",
        r"adaptive draft depth seq (?P<seq>\d+): (?P<n_from>\d+) -> (?P<n_to>\d+) \(n_draft=(?P<generated>\d+), "
        r"n_accepted=(?P<accepted>\d+)\)", kind="draft_stats", builds="upstream draft-mtp-adaptive (newer than b11434)",
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.48.122.337 D spec       accept: adaptive draft depth seq 0: 3 -> 4 (n_draft=3, n_accepted=3)",)),
     # ---- warnings that name a sequence (the failure after them may not) and multimodal chunks
     _p("kv_nonconsecutive", "event", "non-consecutive token position",
@@ -800,18 +800,18 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("spec_gen_draft", "hint", "common_speculative_gen_draft", r"common_speculative_gen_draft:", kind="draft_start",
        component="drafter", builds="server 2024-2025: printed right before the draft context decodes",
        examples=("common_speculative_gen_draft: reuse_i = 2, reuse_n = 8176, prompt = 8192",)),
-    # the fork names no implementation line in some versions, but only DFlash checks its contract (F-15) or
+    # the fork names no implementation line in some versions, but only DFlash checks its contract or
     # caps the drafter's context for --spec-type dflash (fork arg.cpp): either names the type. Before dflash_kv,
     # which would take the contract line's key=value body as an event.
     _p("dflash_named", "meta", "dflash: ", r"(?P<impl>dflash): (?:contract ok:|setting -cd to )", kind="spec_impl",
-       builds="beellama.cpp v0.3 (F-15, arg.cpp)",
-       # examples: the second the log-format notes' real example, §2.2 (arg.cpp)
+       builds="beellama.cpp v0.3 (contract line; arg.cpp)",
+       # examples: the second real, from a public report (docs/llama-cpp-lines.md#start-up-lines)
        examples=("0.00.122.680 I dflash: contract ok: block_size=16 mask_token=3 target_layer_ids=[1] n_target_layers=1 n_embd=64 n_target_features=64 target_layers=2 cross_ctx=512",
                  "0.00.035.194 I dflash: setting -cd to 256 (drafter doesn't need the full main ctx; pass -cd N to override)")),
     # ---- DFlash key=value lines, generically (after the specific ones above)
     _p("dflash_kv", "event", "=", r"(?P<tag>DFLASH_DBG [\w ]+?|dflash[\w ]*?|ddtree[\w ]*?):? (?P<body>\S+=.*)",
        kind="dflash", component="drafter", builds="beellama.cpp v0.2-v0.3",
-       # examples: the log-format notes' examples, §2.1 F-11 and §2.4 S-07
+       # examples: built to docs/llama-cpp-lines.md#debug-and-profile-lines
        examples=("1.02.345.600 D DFLASH_DBG build_cross_data: ring_write_pos=1361 ring_filled=1361 committed_len=1361 cross_ctx=1024 gpu=0",
                  "1.03.100.500 I slot update_slots: id  0 | task 7 | dflash cycle: task=7 pos=1361 adaptive_n_max=15 n_draft=15 n_accept=3 verify_rows=16 useful_rows=16 pad_rows=0 cross_len=1024 ring_filled=1361 committed=1361 draft_ms=12.4 verify_ms=31.0 accept_ms=0.6 total_ms=45.2 reduced_verify=1 top_k=1 accept_bin=3 ctx_bucket=1")),
     # ---- environment
@@ -860,8 +860,8 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("|   0  NVIDIA GeForce RTX 3060        Off |   00000000:04:00.0 Off |                  N/A |",)),
     _p("multi_gpu_dflash", "meta", "multi-GPU placement detected",
        r"multi-GPU placement detected \(target=(?P<target_devices>\d+) devices, drafter=(?P<drafter_devices>\d+) devices\)",
-       kind="placement", builds="beellama.cpp (F-17)",
-       # examples: the log-format notes' example, §2.2 F-17
+       kind="placement", builds="beellama.cpp v0.2-v0.3",
+       # examples: built to docs/llama-cpp-lines.md#start-up-lines
        examples=("0.09.112.004 I dflash: multi-GPU placement detected (target=2 devices, drafter=1 devices); disabling GPU cross ring and graph hidden capture",)),
     # ---- the device layout (analyze/reader/devices.py): devices, and where each model's layers and buffers went
     _p("device_listed", "meta", "MiB free)",
@@ -908,14 +908,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # the implementation line names the spec type: before the generic draft marker, which also matches it
     _p("spec_impl", "meta", "implementation", r"adding (?:speculative )?implementation '?(?P<impl>[\w-]+)'?",
        kind="spec_impl",
-       # examples: the third the log-format notes' real example, §2.2 F-25
+       # examples: the third real, from a public report (docs/llama-cpp-lines.md#start-up-lines)
        examples=("0.00.253.947 I common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'",
                  "0.00.074.655 I spec common_specu: adding speculative implementation 'ngram-mod'",
                  "1.16.873.687 I common_speculative_init: adding implementation dflash")),
     _p("adaptive_depth_enabled", "meta", "adaptive draft depth enabled",
        r"adaptive draft depth enabled \((?P<impl>[\w-]+)\)", kind="spec_impl",
        builds="upstream draft-mtp-adaptive (newer than b11434)",
-       # examples: built to the log-format notes §10.3
+       # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp
        examples=("0.00.300.000 I spec common_specu: adaptive draft depth enabled (draft-mtp-adaptive)",)),
     # every draft names its implementation too (`called impl draft-simple, hist size = ...`): a log cut after start-up
     _p("spec_impl_called", "meta", "called impl", r"called impl (?P<impl>[a-z][\w-]*), hist size", kind="spec_impl",
@@ -923,7 +923,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # the other draft-context lines (loading draft model, adding speculative implementation, dflash: setting -cd,
     # common_speculative_init*) are read by draft_loading, spec_impl, dflash_named and spec_init
     _p("draft_load", "meta", "draft model warmup", r"draft model warmup", kind="draft_marker",
-       # examples: built to the log-format notes §2.2 F-24
+       # examples: built to docs/llama-cpp-lines.md#start-up-lines
        examples=("0.00.260.001 I common_speculative_create_ctx_dft: draft model warmup complete",)),
     # after spec_impl: the other lines a speculative implementation prints while it creates the draft context
     _p("spec_init", "hint", "common_speculative", r"common_speculative_(?:impl_\w+|init\w*):", kind="draft_init",

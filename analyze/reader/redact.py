@@ -116,7 +116,7 @@ _TOKEN_KEYS = rb"tokens|prompt_tokens|bytes|stop|input"
 # (tests/fixtures/scenarios) and from captures made with private prompts; shortened where a line's other
 # fields are many (the JSON lines), never otherwise changed.
 RULES: tuple[Rule, ...] = (
-    # ---- LLAMA_BATCH_DEBUG=2 token rows (log-format notes §3.1): `%4d: id = %6d (%16s), pos = %4d, ...`
+    # ---- LLAMA_BATCH_DEBUG=2 token rows (docs/llama-cpp-lines.md#batch-dumps): `%4d: id = %6d (%16s), pos = %4d, ...`
     _r("batch_token", "token text and id of a batch-dump row", b": id = ",
        rb"(?P<head>ubatch_print:\s+\d+: id =)\s*" + _INT +
        rb" \((?P<piece>.*)(?P<tail>\), pos =\s*" + _INT + rb", n_seq_id =.*output = " + _INT + rb".*)",
@@ -140,7 +140,8 @@ RULES: tuple[Rule, ...] = (
             "0.01.099.488 D ubatch_print:    13: id =      0 (      [redacted]\n"
             "), pos =   13, n_seq_id =  1, seq_id = [0], output = 0"),
        )),
-    # ---- draft candidates (§7 SPC_DBG): ` - seq_id %d, draft candidate %3d, pos %3d: %6d (%8.3f) '%s'`
+    # ---- draft candidates (docs/llama-cpp-lines.md#the-servers-lines):
+    #      ` - seq_id %d, draft candidate %3d, pos %3d: %6d (%8.3f) '%s'`
     _r("draft_candidate", "a draft candidate's token text and id", b"draft candidate",
        rb"(?P<head>draft candidate\s+\d+, pos\s+\d+:)\s*" + _INT + rb"(?P<mid> \([^)]*\) )'(?P<piece>.*)'$",
        _candidate,

@@ -59,7 +59,8 @@ class Verdict:
 
 
 def stale_trims(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """The lines where llama.cpp found the drafter's memory stale and trimmed it (log-format notes §10.2)."""
+    """The lines where llama.cpp found the drafter's memory stale and trimmed it
+    (docs/llama-cpp-lines.md#stale-draft-trims)."""
     out = []
     rows = events[events.kind == "stale_trim"]
     for line, seq, text in zip(rows["line"], rows["seq_id"], rows["detail"], strict=True):

@@ -266,7 +266,8 @@ def _evidence_lines(verdict: Verdict, sig: SignatureMatch) -> list[str]:
     return [f"{str(n).rjust(width)} | {t}" for n, t in sorted(by_line.items())]
 
 
-# What newer builds print when they repair or skip the drafter (log-format notes §10.2-10.3), counted in the report.
+# What newer builds print when they repair or skip the drafter, counted in the report
+# (docs/llama-cpp-lines.md#stale-draft-trims and #dflash-clamps-adaptive-depth-and-chained-mtp).
 _DRAFTER_REPAIRS = (
     ("stale_trim", "drafter memory found stale and trimmed by llama.cpp"),
     ("not_mirrored", "times the draft mirror gave a sequence up (not mirrored)"),

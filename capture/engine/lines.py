@@ -1,8 +1,8 @@
 """The lines llama-server and its speculative code print around the decodes the engine makes.
 
 The embedded engine plays the server slot and the DFlash drafter, so at each point where the real code
-logs, it prints the same line in the same format (log-formats reference: fork 989e896d4 = `fork`,
-fork v0.2.0 = `fork-v0.2`, upstream 6c5de1cc8 = `upstream`). Only lines real code prints: nothing here
+logs, it prints the same line in the same format (docs/llama-cpp-lines.md#builds-and-sources: beellama.cpp
+v0.3 = `fork`, v0.2.0 = `fork-v0.2`, upstream mid-2026 = `upstream`). Only lines real code prints: nothing here
 tells which context a batch belongs to; the reader has to infer that, as it must for a real log.
 """
 
@@ -124,7 +124,7 @@ class ServerLines:
         )
 
     def draft_failed(self, ret: int, process: bool = False) -> None:
-        """The drafter's batch was refused: fork flat `draft()` F-30, or upstream [draft] (draft-dflash calls
+        """The drafter's batch was refused: the fork's flat `draft()`, or upstream's `draft` (draft-dflash calls
         llama_process, older copies and draft-simple llama_decode)."""
         if self.flavor == "upstream":
             self.w.emit(WARN, f"draft: {'llama_process' if process else 'llama_decode'} returned {ret}\n")
@@ -144,7 +144,7 @@ class ServerLines:
 
     def dflash_added(self, n_max: int, block_size: int, mask: int, layer_ids: list[int], n_embd: int,
                      n_layer_target: int) -> None:
-        """The DFlash implementation's start-up lines: upstream's constructor, or the fork's F-15 contract line
+        """The DFlash implementation's start-up lines: upstream's constructor, or the fork's contract line
         (v0.3 on; cross_ctx is the fork's --spec-dflash-cross-ctx default)."""
         if self.flavor == "upstream":
             func = "common_speculative_impl_draft_dflash"

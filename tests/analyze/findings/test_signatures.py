@@ -1,5 +1,5 @@
 """Failure signatures on real lines: the corpus reports, engine captures with each fault, the sample
-sessions, and lines built to the log-format notes where no real log has the wording."""
+sessions, and lines built to docs/llama-cpp-lines.md where no real log has the wording."""
 
 from __future__ import annotations
 

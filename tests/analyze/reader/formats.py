@@ -1,4 +1,4 @@
-"""Log text built exactly to the project's log-format notes (format strings rendered by hand, widths kept).
+"""Log text built exactly to docs/llama-cpp-lines.md (format strings rendered by hand, widths kept).
 
 Used where no real capture has the wording: the fork's DFlash lines, old and new prefixes, server lines.
 """
@@ -10,7 +10,7 @@ DRAFTER_BUF = "0x7f3a2c00a410"  # each caller reuses its own llama_batch, so its
 
 
 def batch_dump(prefix: str, pos0: int, n: int, outputs: int, embd: str = "(nil)", buf: str = "0x7f3a2c004410") -> list[str]:
-    """`init: input batch info` + ubatch_print block + token rows + seq block, then the ubatch repeat (§3.1)."""
+    """`init: input batch info` + ubatch_print block + token rows + seq block, then the ubatch repeat (#batch-dumps)."""
     p = prefix
     block = [
         f"{p}ubatch_print:   equal_seqs   = 0",
@@ -43,7 +43,7 @@ def batch_dump(prefix: str, pos0: int, n: int, outputs: int, embd: str = "(nil)"
 
 
 def find_slot(prefix: str, size: int, pos_min: int, pos_max: int, used: int = 0) -> list[str]:
-    """§5: `find_slot: stream[...]` with the cache size, then min/max of each sequence."""
+    """#kv-cache-lines: `find_slot: stream[...]` with the cache size, then min/max of each sequence."""
     return [
         f"{prefix}find_slot: stream[0], n = {used:5d}, used = {used:5d}, head = {used:5d}, size = {size:5d}, "
         f"n_swa = {0:5d}",
@@ -52,7 +52,7 @@ def find_slot(prefix: str, size: int, pos_min: int, pos_max: int, used: int = 0)
 
 
 def position_error(prefix: str, seq: int, x: int, y: int, closing: str = "consecutive") -> list[str]:
-    """§3.2: one log call, so only the first line is prefixed."""
+    """#the-position-check: one log call, so only the first line is prefixed."""
     close = {
         "consecutive": " it is required that the sequence positions remain consecutive: Y = X + 1",
         "mrope_lt": " for M-RoPE, it is required that the position satisfies: X < Y",
@@ -68,7 +68,7 @@ def position_error(prefix: str, seq: int, x: int, y: int, closing: str = "consec
 
 
 def drafter_failure(e: str, seq: int, x: int, y: int) -> list[str]:
-    """§8: the whole sequence a failing flat DFlash draft prints (fork)."""
+    """#the-seed-reports-sequence: the whole sequence a failing flat DFlash draft prints (fork)."""
     return position_error(e, seq, x, y) + [
         f"{e}decode: failed to initialize batch",
         f"{e}llama_decode: failed to decode, ret = -1",
@@ -77,7 +77,7 @@ def drafter_failure(e: str, seq: int, x: int, y: int) -> list[str]:
 
 
 def new_scheme(t: float, level: str) -> str:
-    """`M.SS.mmm.uuu L ` (§1.1)."""
+    """`M.SS.mmm.uuu L ` (#line-anatomy)."""
     m, s = divmod(t, 60)
     ms = int(round((s - int(s)) * 1e6))
     return f"{int(m)}.{int(s):02d}.{ms // 1000:03d}.{ms % 1000:03d} {level} "

@@ -1,9 +1,11 @@
-"""Lines of builds newer than b11434 and b11434's own (log-format notes §10), read end to end: llama.cpp trimming
-a stale drafter itself (stale_trims, a healthy verdict that says so), synthetic acceptance, the DFlash clamps and
-rejected rows, adaptive MTP depth per slot over time, and the four wordings of the acceptance line.
+"""Lines of builds newer than b11434 and b11434's own (docs/llama-cpp-lines.md#newer-builds-and-forks), read end
+to end: llama.cpp trimming a stale drafter itself (stale_trims, a healthy verdict that says so), synthetic
+acceptance, the DFlash clamps and rejected rows, adaptive MTP depth per slot over time, and the four wordings of
+the acceptance line.
 
-The logs are built line by line to the notes' formats (`spec %12.*s: ` prefixes, llama.cpp's timestamps); each
-line is also an example of its entry in analyze/reader/patterns.py, which tests/analyze/reader/test_patterns.py holds to it."""
+The logs are built line by line to the formats that page gives (`spec %12.*s: ` prefixes, llama.cpp's
+timestamps); each line is also an example of its entry in analyze/reader/patterns.py, which
+tests/analyze/reader/test_patterns.py holds to it."""
 
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def _triage_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-# ---- llama.cpp trims a stale drafter itself (§10.2) -----------------------------------------------------------
+# ---- llama.cpp trims a stale drafter itself (#stale-draft-trims) ---------------------------------------------
 
 def test_trims_are_listed_and_the_run_reads_healthy_and_repaired(tmp_path: Path) -> None:
     path = _log(tmp_path, [*START, MIRROR_TRIM, "0.02.200.000 I slot   operator(): id  0 | task 0 | accepted  2/ 3 draft "
@@ -143,7 +145,7 @@ def test_the_mirror_giving_a_sequence_up_is_an_event_not_a_failure(tmp_path: Pat
     assert "| times the draft mirror gave a sequence up (not mirrored) | 4 |" in markdown_report(result)
 
 
-# ---- synthetic acceptance (b11434, §10.1) -------------------------------------------------------------------
+# ---- synthetic acceptance (b11434, #synthetic-acceptance) -----------------------------------------------------
 
 SYNTHETIC = [
     "0.00.078.200 W spec common_specu: synthetic speculative acceptance is enabled for benchmarking; generated output "
@@ -180,7 +182,7 @@ def test_synthetic_arguments_refused_at_start_up_are_a_failure(tmp_path: Path) -
     assert result.verdict.kind == "other" and list(result.errors["variant"]) == ["synthetic_bad_args"]
 
 
-# ---- DFlash clamps and rejected rows, chained MTP (§10.3) -----------------------------------------------------
+# ---- DFlash clamps and rejected rows, chained MTP (#dflash-clamps-adaptive-depth-and-chained-mtp) ------------
 
 def test_dflash_clamps_and_rejected_rows_are_read_and_counted(tmp_path: Path) -> None:
     lines = [*START,
@@ -231,7 +233,7 @@ def test_adaptive_depth_per_slot_over_time(tmp_path: Path) -> None:
     assert depth_series(analyze.parse(HEALTHY).events).empty
 
 
-# ---- the four wordings of the acceptance line (§10.4) ---------------------------------------------------------
+# ---- the four wordings of the acceptance line (#acceptance-in-four-wordings) ---------------------------------
 
 WORDINGS = {
     "2025 rate": "draft acceptance rate = 0.10417 (    5 accepted /    48 generated)",

@@ -1,4 +1,4 @@
-"""Prefixes and paste noise around llama.cpp's own text (log-formats §1, corpus prefixes)."""
+"""Prefixes and paste noise around llama.cpp's own text (docs/llama-cpp-lines.md#line-anatomy and #pastes, corpus prefixes)."""
 
 from __future__ import annotations
 

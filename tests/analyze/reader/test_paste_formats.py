@@ -1,7 +1,8 @@
-"""What a paste does to llama.cpp's lines (log-formats §10.6): re-wrapped at about 72 columns, all its newlines
-lost, journald and docker-compose and router prefixes, journald lines cut at the terminal width, `[pid]`
-before every backtrace frame, the 2023 assert form, the `cmn` tag, statistics in a script's template, and a
-draft model loaded near a decode that fails. The lines are built to the format notes (§3.2, §6, §10.6)."""
+"""What a paste does to llama.cpp's lines (docs/llama-cpp-lines.md#pastes): re-wrapped at about 72 columns,
+all its newlines lost, journald and docker-compose and router prefixes, journald lines cut at the terminal width,
+`[pid]` before every backtrace frame, the 2023 assert form, the `cmn` tag, statistics in a script's template, and
+a draft model loaded near a decode that fails. The lines are built to that page's formats (#the-position-check,
+#the-servers-lines, #pastes)."""
 
 from __future__ import annotations
 

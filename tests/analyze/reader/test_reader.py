@@ -124,7 +124,7 @@ def test_stream_parser_snapshot_is_not_destructive() -> None:
 
 
 def test_a_fork_dflash_log_names_its_speculative_type() -> None:
-    """beellama prints no implementation line in some versions; its DFlash contract line (F-15) and the
+    """beellama prints no implementation line in some versions; its DFlash contract line and the
     drafter-context cap it sets for --spec-type dflash (fork arg.cpp) name the type."""
     contract = ("1.16.873.701 I dflash: contract ok: block_size=16 mask_token=248070 target_layer_ids=[1,16,31,46,61] "
                 "n_target_layers=5 n_embd=5120 n_target_features=25600 target_layers=64 cross_ctx=1024\n")

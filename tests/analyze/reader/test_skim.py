@@ -167,7 +167,7 @@ def test_the_accelerator_reads_most_lines_of_a_server_capture() -> None:
     assert 0 < seen < w.n_lines // 5
 
 
-# lines built to the log formats (shared/reference/log-formats.md §3.1, §5), at the edges of each shape
+# lines built to docs/llama-cpp-lines.md#batch-dumps and #kv-cache-lines, at the edges of each shape
 P = "0.03.079.897 D "
 EDGES = [
     f"{P}init: input batch info:",

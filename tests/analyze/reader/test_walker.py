@@ -1,4 +1,4 @@
-"""The walker on lines built exactly to the log-format notes: each family lands in the right table."""
+"""The walker on lines built exactly to docs/llama-cpp-lines.md: each family lands in the right table."""
 
 from __future__ import annotations
 
