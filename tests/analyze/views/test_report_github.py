@@ -1,6 +1,6 @@
 """`kvtrace report --format github`: the comment a workflow posts, checked exactly, against hostile threads and
 a 5 MB body; and the sample workflow (samples/github/) linted and checked for what reaches its shell
-(tests/analyze/views/test_triage_bot.py runs its steps).
+(tests/analyze/views/test_triage_bot.py runs its steps)."""
 
 from __future__ import annotations
 
