@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kvtrace.analyze.dashboard.launch import DEFAULT_HOST, app_path
-from kvtrace.analyze.reader.session import log_named
+from kvtrace.analyze.reader.session import log_named, port_in_use
 
 if TYPE_CHECKING:
     from kvtrace.analyze.dashboard.launch import Dashboard
@@ -138,6 +138,11 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
     missing = dashboard_missing()
     if missing is not None:
         raise click.ClickException(missing)
+    if port is not None and port_in_use(host, port):
+        # one line and exit 2 (bad input): not the URL of whatever holds the port, nor the server's own errors
+        click.echo(f"kvtrace dashboard: port {port} on {host} is in use; pick another with --port, or leave "
+                   "--port out for the first free one", err=True)
+        sys.exit(2)
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: listening on {host}: whoever can reach it can read the logs opened", err=True)
     dash = start_dashboard(source, host, port, follow=follow)

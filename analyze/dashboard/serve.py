@@ -7,6 +7,7 @@ streamlit starts; a followed log (KVTRACE_FOLLOW) is read by the page itself as 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 
@@ -23,12 +24,31 @@ WARM_MODULES = ("numpy", "pandas", "pyarrow", "plotly.graph_objects", "plotly.io
                 "kvtrace.analyze.dashboard.rawtext", "kvtrace.analyze.views.report", "kvtrace.analyze.dashboard.page")
 
 
+# Streamlit's caches check their parameters when a function is decorated, and warn "No runtime found, using
+# MemoryCacheStorageManager" when that happens before its runtime exists, as the warm imports do. The check is
+# all that runs then (each cache is made on its first call, inside the runtime), so that warning says nothing.
+QUIET_LOGGERS = ("streamlit.runtime.caching.cache_data_api",)
+
+
+def _not_no_runtime(record: logging.LogRecord) -> bool:
+    return "No runtime found" not in record.getMessage()
+
+
 def _warm() -> None:
-    for name in WARM_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the page imports it again and shows what is wrong
-            return
+    import streamlit.runtime.caching  # noqa: F401 - its loggers exist (and are set up) before the filter goes on
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(_not_no_runtime)
+    try:
+        for name in WARM_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the page imports it again and shows what is wrong
+                return
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_not_no_runtime)
 
 
 def main() -> None:

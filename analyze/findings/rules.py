@@ -647,7 +647,9 @@ def plain_summary(verdict: Verdict) -> str:
     if verdict.kind != "other" or not verdict.n_errors or verdict.proof == "prose":  # a sentence's: no quote
         return str(verdict.summary or "")
     side = f" ({verdict.component} side)" if verdict.component != "unknown" else ""
-    return f"llama.cpp aborted{side}; the evidence lines show where."
+    low = (" Read from a runtime's own words, not llama.cpp's lines (lower confidence): see the evidence line."
+           if verdict.confidence == "low" else "")  # what `triage` says, kept in the report and the comment
+    return f"llama.cpp aborted{side}; the evidence lines show where.{low}"
 
 
 def rule_fallback(result: ParseResult, _c: CycleStats) -> Match | None:

@@ -158,6 +158,28 @@ def _folder_verdicts(folder: Path) -> pd.DataFrame | None:
     return _verdicts_frame([row])
 
 
+# what `kvtrace query` runs: questions, never a statement that writes (COPY ... TO, EXPORT, ATTACH, CREATE, SET,
+# INSTALL) or changes the connection's settings
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def _read_only(con: Any, sql: str, files: list[str]) -> None:
+    """Hold a query to reading: each of its statements a SELECT (or EXPLAIN), and the connection locked to the
+    dataset's own files (no other file read or written, no extension installed), where DuckDB has the settings."""
+    for statement in con.extract_statements(sql):
+        kind = str(statement.type).rsplit(".", 1)[-1]
+        if kind not in READ_ONLY_STATEMENTS:
+            raise DatasetError(f"query is read-only: only SELECT statements run (this one is {kind})")
+    import duckdb
+
+    try:
+        con.execute("SET allowed_paths = ?", [sorted(set(files))])
+    except duckdb.Error:  # DuckDB before 1.2 has no allowed_paths: the statement check above still holds
+        return
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def query(sql: str, folders: Sequence[Path]) -> pd.DataFrame:
     """Run `sql` over the folders' tables (each visible by its name) and give the result."""
     try:
@@ -171,11 +193,13 @@ def query(sql: str, folders: Sequence[Path]) -> pd.DataFrame:
         if not is_dataset(folder) and not any(_files(folder, n) for n in LOG_TABLES):
             raise DatasetError(f"{folder}: no tables here; run kvtrace parse on it first")
     con = duckdb.connect()
+    read: list[str] = []  # every file a view reads: the only ones the query may touch
     try:
         for name in TABLES:
             parts = []
             for i, folder in enumerate(folders):
                 files = _files(folder, name)
+                read += [str(f) for f in files]
                 if name == "verdicts" and not is_dataset(folder):
                     frame = _folder_verdicts(folder)
                     if frame is not None:
@@ -189,6 +213,7 @@ def query(sql: str, folders: Sequence[Path]) -> pd.DataFrame:
             if parts:
                 con.execute(f"CREATE VIEW {name} AS " + " UNION ALL BY NAME ".join(parts))
         try:
+            _read_only(con, sql, read)
             return con.execute(sql).df()
         except duckdb.Error as exc:
             raise DatasetError(f"query failed: {str(exc).splitlines()[0]}") from None

@@ -747,6 +747,9 @@ static int line(State *s, cursor base, cursor a, cursor e) {
         s->recognised++;
         return 1;
     }
+    /* a Markdown fence may open or close a block (quoted C/C++ source is skipped to its end): the walker's */
+    if (HAS(a, e, "``") || HAS(a, e, "~~"))
+        return 0;
     long idx = memo_index(a, e);
     if (idx == MEMO_ERROR)
         return -1;

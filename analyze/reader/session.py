@@ -124,6 +124,19 @@ def free_port(host: str = "127.0.0.1", start: int | None = None, tries: int = 50
         return int(s.getsockname()[1])
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on `port` at `host` (a server would fail to bind it). SO_REUSEADDR as a
+    server sets it, so a port a closed connection still lingers on counts as free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def host_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),

@@ -155,7 +155,9 @@ class Walker:
 
         Where the C accelerator is built, it reads the lines it knows and hands the others to `feed` one at
         a time; `feed` is the definition of what every line does, and the tests hold the two to it."""
-        pos = -1 if _skim is None or self._source else _skim.skim(self, text, 0)  # -1: not text the C code reads
+        # -1: not text the C code reads; a GitHub thread's parts (small) are all the walker's, so that a fence
+        # left open ends with its part
+        pos = -1 if _skim is None or self._source or self.part_starts else _skim.skim(self, text, 0)
         if pos < 0:
             lines = text.split("\n")
             if not lines[-1]:

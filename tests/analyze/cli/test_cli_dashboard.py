@@ -157,3 +157,39 @@ def test_capture_dashboard_follows_the_session_and_stops_with_the_capture(tmp_pa
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_busy_port_is_one_line_and_exit_2() -> None:
+    """A --port something already listens on: one line naming it, exit 2, and nothing else (not the URL of
+    whatever holds the port, not the server's warnings)."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
+        res = subprocess.run([sys.executable, "-m", "kvtrace.analyze", "dashboard", "--port", str(port)], cwd=ROOT,
+                             env=env, capture_output=True, timeout=120)
+    assert res.returncode == 2
+    assert res.stdout == b""
+    assert res.stderr.decode().splitlines() == [
+        f"kvtrace dashboard: port {port} on 127.0.0.1 is in use; pick another with --port, or leave --port out for "
+        "the first free one"]
+
+
+def test_the_server_starts_without_streamlit_warnings() -> None:
+    """The 7 "No runtime found" warnings on every start are gone: the server's start-up output has no warning."""
+    port = free_port()
+    proc = _dashboard(port)
+    try:
+        wait_for_dashboard(port, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = out.decode("utf-8", "replace")
+    assert "You can now view your Streamlit app" in text  # the server's own output was read
+    assert "WARNING" not in text and "No runtime found" not in text, text

@@ -209,6 +209,32 @@ def test_query_reads_a_parsed_session_and_says_what_is_wrong_in_one_line(tmp_pat
         assert r.returncode == 2 and r.stderr.startswith(start) and len(r.stderr.splitlines()) == 1, r.stderr
 
 
+def test_query_is_read_only(tmp_path: Path) -> None:
+    """`kvtrace query` could write files (`COPY ... TO`): a statement that writes is refused in one line, and no
+    SELECT reads or writes a file outside the tables it was given."""
+    src = str(CORPUS / "00_beellama-28-multigpu-dflash-seed.log")
+    tables = tmp_path / "seed-tables"
+    assert kvtrace("parse", src, "-o", str(tables)).returncode == 0
+    before = sorted(p.name for p in tables.iterdir())
+    out = tmp_path / "out.csv"
+    for sql, kind in ((f"COPY errors TO '{out}'", "COPY"), (f"COPY errors TO '{tables / 'errors.parquet'}'", "COPY"),
+                      (f"ATTACH '{tmp_path / 'x.db'}'", "ATTACH"), ("CREATE TABLE t AS SELECT 1", "CREATE"),
+                      ("SET enable_external_access = true", "SET"), ("INSTALL httpfs", "LOAD"),
+                      (f"SELECT 1; COPY errors TO '{out}'", "COPY")):
+        r = kvtrace("query", sql, str(tables))
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (sql, r.stderr)
+        assert r.stderr.startswith(f"kvtrace: query is read-only: only SELECT statements run (this one is {kind}"), \
+            r.stderr
+    for sql in (f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')", "SELECT * FROM read_parquet('/etc/hostname')"):
+        (tmp_path / "x.csv").write_text("a\n1\n")
+        r = kvtrace("query", sql, str(tables))
+        assert r.returncode == 2 and r.stderr.startswith("kvtrace: query failed: Permission Error"), r.stderr
+    assert not out.exists() and not (tmp_path / "x.db").exists()
+    assert sorted(p.name for p in tables.iterdir()) == before
+    r = kvtrace("query", "WITH e AS (SELECT * FROM errors) SELECT count(*) AS n FROM e", str(tables), "--csv")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["n", str(len(analyze.parse(src).errors))]
+
+
 def test_without_the_extra_scheduler_and_query_name_it() -> None:
     hide = "import sys; sys.modules.update(distributed=None, duckdb=None); sys.argv[0] = 'kvtrace'; "
     for args in (["triage", "--table", "--scheduler", "127.0.0.1:1", str(CORPUS)], ["query", "SELECT 1", str(CORPUS)]):

@@ -143,7 +143,8 @@ def test_fenced_pastes_walk_the_same() -> None:
     capture = _text(CAPTURES[0]).splitlines(keepends=True)[:400]
     text = ("The server aborts here:\n\n```cpp\nGGML_ASSERT(n_tokens_all <= cparams.n_batch);\n"
             + "".join(capture[:60]) + "```\n\n> GGML_ASSERT(dist_tgt.sorted);\n\nThe log:\n```\n"
-            + "".join(capture) + "Exception in thread: Decode Error -1\n```\n~~~c++\nabort();\n~~~\n")
+            + "".join(capture) + "Exception in thread: Decode Error -1\n```\n~~~c++\nabort();\n~~~\n"
+            + "```b ash\nno pattern knows this line\n```\n")  # a fence no anchor of the table is in
     for every in (200, 2_000, 1 << 16):
         assert_same_walk(text, every)
 

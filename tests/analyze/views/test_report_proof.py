@@ -124,3 +124,14 @@ def test_the_samples_checklist_finds_their_debug_lines(sample: str) -> None:
     assert "GGML_DFLASH_DEBUG" not in comment.split("**What is missing**")[1]
     assert "--spec-type draft-dflash" in rerun_line(analyze.parse(SAMPLES / sample))  # from the manifest
 
+
+
+def test_a_runtime_verdict_keeps_its_lower_confidence_in_every_output() -> None:
+    """`triage` said "lower confidence" for a failure read from a runtime's words; `report` and `--format github`
+    dropped it."""
+    text = b"Error: llama runner process has terminated: signal: aborted (core dumped)\n"
+    v = analyze.parse(text).verdict
+    assert (v.proof, v.confidence) == ("runtime", "low")
+    assert "lower confidence" in kvtrace("triage", "-", data=text)
+    assert "lower confidence" in kvtrace("report", "-", data=text)
+    assert "lower confidence" in kvtrace("report", "-", "--format", "github", data=text)
