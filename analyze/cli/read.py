@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +27,7 @@ from kvtrace.analyze.cli.reports import triage_table
 
 if TYPE_CHECKING:
     from kvtrace.analyze.fleet.dataset import Parsed
+    from kvtrace.analyze.reader.thread import ThreadInfo
     from kvtrace.analyze.reader.verdict import Verdict
 
 
@@ -172,7 +173,7 @@ def format_verdict(v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def thread_lines(thread: dict[str, Any]) -> list[str]:
+def thread_lines(thread: ThreadInfo) -> list[str]:
     """Where a GitHub thread's evidence was pasted, and the logs it only links to."""
     n = len(thread["parts"])
     out = [f"  thread:   GitHub issue, {n} part{'s' if n != 1 else ''} (body and comments); evidence from: "

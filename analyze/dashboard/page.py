@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
 
     from kvtrace.analyze import ParseResult
+    from kvtrace.analyze.reader.records import Meta
+    from kvtrace.analyze.reader.verdict import AcceptanceSummary
 
 # the bundled samples sit beside the packages in a checkout (a wheel has none: the picker then lists none)
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -325,13 +327,13 @@ def show_verdict(op: Opened, axis: XAxis) -> None:
     show_counters_finding(result, op.source.digest)
 
 
-def _rate(acc: dict[str, Any]) -> str:
+def _rate(acc: AcceptanceSummary) -> str:
     if acc and acc.get("synthetic"):  # the server chose what was accepted: not a rate of the drafter's
         return "synthetic"
     return f"{acc['rate']:.1%}" if acc and acc.get("rate") is not None else "n/a"
 
 
-def _acc_detail(acc: dict[str, Any]) -> str | None:
+def _acc_detail(acc: AcceptanceSummary) -> str | None:
     if acc and acc.get("synthetic"):
         return f"{acc.get('accepted')} of {acc.get('generated')}, by the server"
     return f"{acc.get('accepted')} of {acc.get('generated')} drafted" if acc else None
@@ -824,7 +826,7 @@ def main() -> None:
         st.json(op.parsed.meta, expanded=False)
 
 
-def show_devices(meta: dict[str, Any]) -> None:
+def show_devices(meta: Meta) -> None:
     """The devices the log lists and where the target's and the drafter's layers and buffers sat (the same
     rows as the report's tables; shown as data, never as markup)."""
     devices = device_rows(meta)

@@ -7,7 +7,7 @@ counts and the first divergence, which need the position tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -16,6 +16,7 @@ from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.verdict import AcceptanceSummary
 
 
 
@@ -27,7 +28,7 @@ class Overview:
     n_unknown: int
     n_errors: int
     n_resets: int
-    acceptance: dict[str, Any]
+    acceptance: AcceptanceSummary
     first_divergence: Divergence | None
 
     @property
@@ -54,6 +55,6 @@ def overview(result: ParseResult) -> Overview:
         n_unknown=int(ctx.get("unknown", 0)),
         n_errors=int(verdict.n_errors),
         n_resets=int(verdict.n_resets),
-        acceptance=dict(verdict.acceptance or {}),
+        acceptance=verdict.acceptance.copy(),
         first_divergence=first_divergence(result, seq, choose_axis(result)),
     )

@@ -8,9 +8,9 @@ a safe alphabet, and log lines travel as evidence, which every view shows as tex
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
-def _safe(value: Any, limit: int = 40) -> str:
+def _safe(value: object, limit: int = 40) -> str:
     return _SAFE.sub("", str(value))[:limit]
 
 
@@ -58,7 +58,7 @@ class Env:
     def debug_missing(self) -> bool:
         return not (self.batch_debug and self.kv_cache_debug)
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__} | {
             "backend": "/".join(self.backends) or "unknown backend",
             "device_list": ", ".join(self.devices) or f"{self.n_gpus}",
@@ -82,7 +82,7 @@ class Env:
         return out
 
 
-def _flag(flags: dict[str, Any], *names: str) -> Any:
+def _flag(flags: Mapping[str, str | bool], *names: str) -> str | bool | None:
     for name in names:
         if name in flags:
             return flags[name]
@@ -95,9 +95,9 @@ def env_of(result: ParseResult) -> Env:
     versions = meta.get("versions") or []
     build = next((f"{v['build']} ({v.get('commit', '')})" for v in versions if v.get("build")), "")
     spec = _flag(flags, "--spec-type") or next(iter(meta.get("spec_impls") or []), "")
-    parallel = _flag(flags, "--parallel", "-np")
+    given = _flag(flags, "--parallel", "-np")
     try:
-        parallel = int(parallel) if parallel not in (None, True) else None
+        parallel = int(given) if given is not None and given is not True else None
     except ValueError:
         parallel = None
     kvu = _flag(flags, "--kv-unified", "-kvu")
@@ -132,7 +132,7 @@ class Match:
 
     detail: str
     evidence: tuple[tuple[int, str], ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
     key: str = ""  # what separates reports of this signature into finer clusters (variant, spec type)
     # the failure's own words where they tell one bug from another (an assert's condition, a CUDA error, a load
     # error), numbers and paths left out: triage clusters on it too, so two different asserts are two clusters

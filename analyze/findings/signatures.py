@@ -67,7 +67,7 @@ class Step:
 class Signature:
     name: str
     title: str
-    rule: Callable[[Any, CycleStats], Match | None]
+    rule: Callable[[ParseResult, CycleStats], Match | None]
     explanation: str
     next_steps: tuple[Step, ...]
     failure: bool = True  # False for the healthy signature

@@ -10,11 +10,10 @@ names the side instead. Where nothing tells, the answer is `unknown`, never a gu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from kvtrace.analyze.reader.records import CONTEXT_NAMES
+from kvtrace.analyze.reader.records import CONTEXT_NAMES, Meta
 
 
 @dataclass(slots=True)
@@ -29,7 +28,7 @@ class SizeMap:
         return self.contexts.get(size, "unknown"), self.confidence.get(size, 0.0)
 
 
-def map_sizes(sigs: dict[frozenset[int], int], meta: dict[str, Any], speculative: bool) -> SizeMap:
+def map_sizes(sigs: dict[frozenset[int], int], meta: Meta, speculative: bool) -> SizeMap:
     """Decide which find_slot cache sizes belong to the target and which to the drafter."""
     out = SizeMap()
     if not sigs:

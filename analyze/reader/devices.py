@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtrace.analyze.reader.records import Meta
+
 # the kinds of the pattern table's device entries, handled here rather than in the walker
 LAYOUT_KINDS = frozenset({"device", "use_device", "model_start", "load_mode", "layer_device", "kv_layer_device",
                           "buffer", "offloaded"})
@@ -152,7 +154,7 @@ class Layout:
         return target, drafter
 
 
-def placement(layout: Layout, flags: dict[str, Any], known: dict[str, Any],
+def placement(layout: Layout, flags: dict[str, str | bool], known: dict[str, Any],
               gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """meta["placement"]: the split mode and tensor split (from the flags the log shows), and per model the
     devices that hold its layers and buffers. `known` is what a fork printed itself (beellama's device
@@ -183,7 +185,7 @@ def devices_holding(placement: dict[str, Any], model: str) -> list[str]:
     return held or [d for d, v in per.items() if v]
 
 
-def device_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
+def device_rows(meta: Meta) -> list[dict[str, str]]:
     """One row per device the log lists, then the CPU where a model's layers or buffers sat on it."""
     rows = [{"device": str(g.get("device") or g.get("index", "")), "backend": str(g.get("backend", "")),
              "description": str(g.get("name", "")),
@@ -194,7 +196,7 @@ def device_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def placement_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
+def placement_rows(meta: Meta) -> list[dict[str, str]]:
     """One row per model and device: its layers, its KV layers and its buffers."""
     rows = []
     for model in ("target", "drafter"):
@@ -205,7 +207,7 @@ def placement_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def layout_line(meta: dict[str, Any]) -> str:
+def layout_line(meta: Meta) -> str:
     """`split mode: layer, tensor split: 1,1, drafter device: RPC1` (only what the log says)."""
     place = meta.get("placement") or {}
     parts = [f"{label}: {place[key]}" for key, label in (

@@ -8,9 +8,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -34,6 +35,7 @@ from kvtrace.analyze.reader.walker import Walker
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.links import LinkPolicy
+    from kvtrace.analyze.reader.records import Meta
     from kvtrace.analyze.reader.split import PieceMap
 
 TABLES = ("batches", "kv", "errors", "events")
@@ -45,7 +47,7 @@ class ParseResult:
     kv: pd.DataFrame
     errors: pd.DataFrame
     events: pd.DataFrame
-    meta: dict[str, Any]
+    meta: Meta
     verdict: Verdict
     source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -53,7 +55,7 @@ class ParseResult:
     thread: Thread | None = None  # the input was a GitHub thread's JSON: which lines came from which part
     # derived tables computed once per result (positions per sequence and axis): the dashboard, the report and
     # the overview ask for the same ones several times in one page run
-    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    derived: dict[Hashable, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def lines(self) -> int:
@@ -63,7 +65,7 @@ class ParseResult:
         return {name: getattr(self, name) for name in TABLES} | {"meta": meta_table(self.meta)}
 
 
-def meta_table(meta: dict[str, Any]) -> pd.DataFrame:
+def meta_table(meta: Meta) -> pd.DataFrame:
     return pd.DataFrame({"key": list(meta), "value": [json.dumps(v, default=str) for v in meta.values()]})
 
 

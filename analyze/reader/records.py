@@ -10,7 +10,7 @@ import json
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 NA = -(2**63)  # a missing integer inside an array('q')
 
@@ -90,6 +90,44 @@ class LiveStats:
 SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
                                  "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
 SUMMED_STATS += ("template_stats", "prose_stats", "json_n_draft")  # a script, a wrapper or a fork, its own way
+
+
+class ContextSeen(TypedDict):
+    """A context (or KV cache) the log created, in order: `meta["contexts"]`."""
+
+    kind: str  # "context" or "kv_cache": the line that told its size
+    size: int
+    after_draft_marker: bool  # created after speculative decoding was announced (the drafter's, likely)
+
+
+class Meta(TypedDict, total=False):
+    """What a log says about its run, keyed as ParseResult.meta and the meta table hold it. The walker fills the
+    first group from meta lines; the table builder adds the second (tables.build_meta)."""
+
+    versions: list[dict[str, str]]  # each version or build line's fields
+    backends: list[str]
+    gpus: list[dict[str, Any]]  # a device as its lines told it: index, name, backend, device, memory... (devices.py)
+    contexts: list[ContextSeen]
+    spec_impls: list[str]
+    flags: dict[str, str | bool]  # command-line flags the log shows: a flag's value, True for a bare one
+    placement: dict[str, Any]  # split mode, tensor split, and per model its devices' layers and buffers (devices.py)
+    rope: list[str]
+    arch: list[str]
+    mrope: bool
+    n_devices: dict[str, int]  # per backend, the device count its init line printed
+    source: str
+    bytes: int
+    lines: int
+    recognised_lines: int
+    speculative: bool
+    spec_type: str
+    drafter_kv: str
+    context_sizes: dict[str, str]  # a find_slot cache size -> the context it was mapped to
+    context_attribution: str
+    n_gpus: int
+    batch_debug: bool
+    kv_cache_debug: bool
+    warnings: list[str]
 
 
 def int_or_none(v: Any) -> int | None:

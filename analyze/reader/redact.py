@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypedDict, Unpack
 
 from kvtrace.analyze.reader.session import (
     KEY_PING_CONFIG,
@@ -53,6 +53,14 @@ class Rule:
     follow: str = ""  # ROW, QUOTE or TEXT: the match opens a piece that goes on over the next lines
     every: bool = False  # every match on a line (JSON values), on lines no line shape took
     examples: tuple[tuple[str, str], ...] = ()  # (real lines, what they redact to); see RULES
+
+
+class RuleOptions(TypedDict, total=False):
+    """What a rule may set beyond its name, anchor, regex and replacement (`_r`)."""
+
+    follow: str
+    every: bool
+    examples: tuple[tuple[str, str], ...]
 
 
 def _id() -> bytes:
@@ -99,7 +107,7 @@ def _json_array(m: re.Match[bytes]) -> bytes:
 
 
 def _r(name: str, what: str, anchor: bytes, regex: bytes, replace: Callable[[re.Match[bytes]], bytes],
-       **kw: Any) -> Rule:
+       **kw: Unpack[RuleOptions]) -> Rule:
     return Rule(name, what, anchor, re.compile(regex), replace, **kw)
 
 
@@ -306,7 +314,7 @@ class RedactSummary:
     cut: int = 0  # lines longer than the reader reads (MAX_LINE), cut there as the reader cuts them
     removed: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "lines": self.lines,
             "changed_lines": self.changed,
@@ -488,8 +496,8 @@ def redact_session(folder: Path) -> RedactSummary:
     session = Session(Path(folder))
     dest = session.path / SHAREABLE
     summary = redact_file(log_of(session.path), dest)
-    record: dict[str, Any] = {"log": SHAREABLE, "from": RAW_LOG, "at": now_iso(), **summary.to_dict()}
-    update: dict[str, Any] = {KEY_REDACTED: record}
+    record: dict[str, object] = {"log": SHAREABLE, "from": RAW_LOG, "at": now_iso(), **summary.to_dict()}
+    update: dict[str, object] = {KEY_REDACTED: record}
     ping = read_manifest(session.path).get(KEY_PING_CONFIG)
     if isinstance(ping, dict) and ping.get("prompt"):
         update[KEY_PING_CONFIG] = {**ping, "prompt": PLACEHOLDER.decode()}

@@ -13,6 +13,7 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,7 +138,7 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> dict[str, str | int | None]:
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -167,7 +168,7 @@ class Session:
     def read_manifest(self) -> dict[str, Any]:
         return read_manifest(self.path)
 
-    def write_manifest(self, data: dict[str, Any]) -> None:
+    def write_manifest(self, data: Mapping[str, object]) -> None:
         """Merge `data` into manifest.json, atomically (a reader never sees half a file)."""
         merged = self.read_manifest()
         merged.update(data)

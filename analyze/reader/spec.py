@@ -14,7 +14,7 @@ DFlash fork is held to.
 
 from __future__ import annotations
 
-from typing import Any
+from kvtrace.analyze.reader.records import Meta
 
 MIRROR, OWN, NONE = "mirror", "own", "none"
 
@@ -26,7 +26,7 @@ _KEEPING = {
 }
 
 
-def spec_type(meta: dict[str, Any]) -> str:
+def spec_type(meta: Meta) -> str:
     """The speculative implementation the log names (its first), else the `--spec-type` flag, else ""."""
     impls = [str(i) for i in meta.get("spec_impls") or []]
     if impls:  # several (`--spec-type draft-simple,ngram-mod`): the one with a drafter context decides
@@ -42,7 +42,7 @@ def drafter_kv(spec: str) -> str:
     return _KEEPING.get(spec, MIRROR)
 
 
-def keeping(meta: dict[str, Any]) -> str:
+def keeping(meta: Meta) -> str:
     """How the drafter of this log keeps its KV: meta's own answer, else worked out from its lines."""
     value = meta.get("drafter_kv")
     return str(value) if value in (MIRROR, OWN, NONE) else drafter_kv(spec_type(meta))

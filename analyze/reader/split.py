@@ -24,10 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from kvtrace.analyze.reader.devices import Layout
-from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA
+from kvtrace.analyze.reader.records import KEEP_LINES_FOR, NA, Meta
 from kvtrace.analyze.reader.source import Opened, iter_chunks
 from kvtrace.analyze.reader.walker import Walker
 
@@ -132,16 +132,20 @@ def _feed(w: Walker, path: Path, start: int, end: int) -> list[str]:
 
 # what reaches across a cut; everything else the walker keeps is either per dump (reset at the cut line)
 # or numbered across the log (renumbered in the merge)
-def carried(w: Walker) -> tuple[Any, ...]:
+# (the last hint: line, component, text; the last sequence warning: line, sequence; the last KV-cache size)
+Carried = tuple[tuple[int, str, str] | None, tuple[int, int] | None, int]
+
+
+def carried(w: Walker) -> Carried:
     return (w._hint, w._seq_hint, w._kv_size)  # noqa: SLF001
 
 
-def _restore(w: Walker, state: tuple[Any, ...]) -> None:
+def _restore(w: Walker, state: Carried) -> None:
     w._hint, w._seq_hint, w._kv_size = state  # noqa: SLF001
 
 
 # what the meta lines built up: the meta, and the layout and draft state that the next meta lines read
-MetaState = tuple[dict[str, Any], Layout, bool]
+MetaState = tuple[Meta, Layout, bool]
 
 
 def meta_state(w: Walker) -> MetaState:
@@ -155,12 +159,12 @@ def _set_meta_state(w: Walker, state: MetaState) -> None:
 @dataclass(slots=True)
 class PieceResult:
     walker: Walker
-    start_state: tuple[Any, ...]
-    end_state: tuple[Any, ...]
+    start_state: Carried
+    end_state: Carried
     warnings: list[str]
 
 
-def parse_piece(path: Path, piece: Piece, state: tuple[Any, ...] | None = None,
+def parse_piece(path: Path, piece: Piece, state: Carried | None = None,
                 meta: MetaState | None = None) -> PieceResult:
     """Parse one piece; without `state`, rebuild it from the bytes just before the piece. `meta`: what the
     pieces before it found (devices, layout, contexts, flags...), for a piece that adds to it."""

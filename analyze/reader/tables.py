@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from array import array
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ import pandas as pd
 from kvtrace.analyze.reader.attribution import SizeMap, attribute_batches, kv_through_batches, map_sizes, no_drafter
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.normalize import readable
-from kvtrace.analyze.reader.records import NA, Event, Failure
+from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
 from kvtrace.analyze.reader.spec import MIRROR, NONE, drafter_kv, spec_type
 from kvtrace.analyze.reader.startup import split_notices
 from kvtrace.analyze.reader.walker import Walker
@@ -125,7 +126,7 @@ def infer_components(w: Walker, batches: pd.DataFrame, kv: pd.DataFrame) -> None
             f.component, f.evidence = ctx, why
 
 
-def _column(values: list[Any], dtype: str) -> pd.Series:
+def _column(values: Sequence[object], dtype: str) -> pd.Series:
     return pd.Series(values, dtype=dtype)
 
 
@@ -200,8 +201,8 @@ def build_events(es: list[Event], kv: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes: int,
-               warnings: list[str]) -> dict[str, Any]:
-    meta = dict(w.meta)
+               warnings: list[str]) -> Meta:
+    meta = w.meta.copy()
     meta.update({
         "source": name,
         "bytes": n_bytes,
@@ -222,7 +223,17 @@ def build_meta(w: Walker, sizes: SizeMap, speculative: bool, name: str, n_bytes:
     return meta
 
 
-def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> dict[str, Any]:
+class Built(TypedDict):
+    """A walk's tables and meta (`build_all`), before the verdict."""
+
+    batches: pd.DataFrame
+    kv: pd.DataFrame
+    errors: pd.DataFrame
+    events: pd.DataFrame
+    meta: Meta
+
+
+def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
     speculative = is_speculative(w)
     sizes = map_sizes(w._sigs, w.meta, speculative)  # noqa: SLF001
     kv = build_kv(w, sizes)

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, TypeGuard
 
 # The opening of every comment kvtrace posts (analyze/views/report.py writes it, the bot finds its comment by it)
 OWN_MARKER = "<!-- kvtrace:triage -->"
@@ -36,6 +36,42 @@ _ATTACHED = re.compile(
     r"|\.(?:log|txt)(?:\.gz)?(?:[?#].*)?$",
     re.IGNORECASE,
 )
+
+
+# A decoded JSON object: a thread's document comes from strangers, so every value is narrowed before use
+JsonObject = dict[str, object]
+
+
+class PartRange(TypedDict):
+    """A part of the thread as the verdict states it: which lines of the read text it holds."""
+
+    part: str
+    author: str
+    url: str
+    first_line: int
+    last_line: int
+
+
+class ThreadInfo(TypedDict):
+    """The thread as the verdict states it (`Verdict.thread`)."""
+
+    shape: str
+    title: str
+    url: str
+    parts: list[PartRange]
+    evidence_from: str | None
+    not_fetched: list[str]
+    fetched: list[FetchedLink]  # links read with --fetch-links (analyze/reader/links.py), each file or its error
+
+
+class FetchedLink(TypedDict):
+    """What one link gave: a file read (`file`, `bytes`, `part`: the part it became) or why not (`error`)."""
+
+    url: str
+    file: NotRequired[str]
+    bytes: NotRequired[int]
+    part: NotRequired[str]
+    error: NotRequired[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +104,7 @@ class Thread:
     own: list[Part] = field(default_factory=list)  # kvtrace's own comments, not read
     # links asked for (`--fetch-links`): {"url", "file", "bytes", "part"} for each file read, {"url", "error"}
     # for a link that could not be
-    fetched: list[dict[str, Any]] = field(default_factory=list)
+    fetched: list[FetchedLink] = field(default_factory=list)
 
     def text(self) -> str:
         """Every part, in order, one blank line between them; fills `first_lines`."""
@@ -132,37 +168,37 @@ class Thread:
                 return m["model"]
         return None
 
-    def describe(self, lines: list[int]) -> dict[str, Any]:
+    def describe(self, lines: list[int]) -> ThreadInfo:
         """The thread as the verdict states it: its parts and line ranges, where `lines` (the deciding line
         first) were pasted, and the links not fetched."""
         if not self.first_lines:
             self.text()
-        parts = [{"part": p.label, "author": p.author, "url": p.url, "first_line": first, "last_line": end}
+        parts = [PartRange(part=p.label, author=p.author, url=p.url, first_line=first, last_line=end)
                  for p, first, end in zip(self.parts, self.first_lines, self.last_lines, strict=True)]
         hit = next((found for n in lines if (found := self.part_of(n)) is not None), None)
-        return {"shape": self.shape, "title": self.title, "url": self.url, "parts": parts,
-                "evidence_from": hit[0].where() if hit is not None else None, "not_fetched": self.not_fetched(),
-                "fetched": list(self.fetched)}
+        return ThreadInfo(shape=self.shape, title=self.title, url=self.url, parts=parts,
+                          evidence_from=hit[0].where() if hit is not None else None, not_fetched=self.not_fetched(),
+                          fetched=list(self.fetched))
 
 
-def _login(obj: dict[str, Any], key: str) -> str:
+def _login(obj: JsonObject, key: str) -> str:
     who = obj.get(key)
     return str(who.get("login") or "") if isinstance(who, dict) else ""
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _is_issue(obj: Any) -> bool:
+def _is_issue(obj: object) -> TypeGuard[JsonObject]:
     return isinstance(obj, dict) and "body" in obj and "title" in obj
 
 
-def _is_comment(obj: Any) -> bool:
+def _is_comment(obj: object) -> TypeGuard[JsonObject]:
     return isinstance(obj, dict) and "body" in obj and "title" not in obj
 
 
-def _comment(obj: dict[str, Any], label: str) -> Part:
+def _comment(obj: JsonObject, label: str) -> Part:
     """A comment in gh's shape (`author`, `url`) or the REST API's (`user`, `html_url`)."""
     author = _login(obj, "author") or _login(obj, "user")
     url = _text(obj.get("html_url")) or _text(obj.get("url"))
@@ -174,9 +210,9 @@ def _comment(obj: dict[str, Any], label: str) -> Part:
     return Part(label, author, url, _text(obj.get("body")), comment_id)
 
 
-def is_own(obj: Any) -> bool:
+def is_own(obj: object) -> bool:
     """A comment kvtrace posted: its body opens with the marker (whoever wrote it; the bot also checks the author)."""
-    return _text(obj.get("body")).lstrip().startswith(OWN_MARKER)
+    return isinstance(obj, dict) and _text(obj.get("body")).lstrip().startswith(OWN_MARKER)
 
 
 def _split_own(comments: list[Part]) -> tuple[list[Part], list[Part]]:
@@ -185,7 +221,7 @@ def _split_own(comments: list[Part]) -> tuple[list[Part], list[Part]]:
             [c for c in comments if c.text.lstrip().startswith(OWN_MARKER)])
 
 
-def _issue(obj: dict[str, Any]) -> tuple[Part, list[Part]]:
+def _issue(obj: JsonObject) -> tuple[Part, list[Part]]:
     """An issue object and the comments it carries (gh's `comments` array; the REST API's is a count)."""
     body = Part("body", _login(obj, "author") or _login(obj, "user"), _text(obj.get("html_url")),
                 _text(obj.get("body")))
@@ -194,7 +230,7 @@ def _issue(obj: dict[str, Any]) -> tuple[Part, list[Part]]:
     return body, [_comment(c, f"comment {i}") for i, c in enumerate(comments, 1)]
 
 
-def thread_of(doc: Any) -> Thread | None:
+def thread_of(doc: object) -> Thread | None:
     """The thread a decoded JSON document holds, or None when it is not one of the shapes above."""
     if isinstance(doc, dict) and isinstance(doc.get("issue"), dict) and _is_issue(doc["issue"]):
         issue = doc["issue"]
@@ -211,7 +247,7 @@ def thread_of(doc: Any) -> Thread | None:
         read, own = _split_own(comments)
         return Thread(shape, _text(doc.get("title")), url, [body, *read], own=own)
     if isinstance(doc, list) and doc:
-        items: list[Any] = []
+        items: list[object] = []
         for item in doc:  # `jq -s . issue.json comments.json`: the issue, then its list of comments
             items.extend(item if isinstance(item, list) else [item])
         if not all(_is_issue(i) or _is_comment(i) for i in items):
@@ -225,7 +261,7 @@ def thread_of(doc: Any) -> Thread | None:
             body, _ = _issue(issues[0])
             parts.append(body)
             title, url = _text(issues[0].get("title")), _text(issues[0].get("html_url"))
-        comments = [_comment(c, f"comment {n}") for n, c in enumerate((i for i in items if not _is_issue(i)), 1)]
+        comments = [_comment(c, f"comment {n}") for n, c in enumerate((i for i in items if _is_comment(i)), 1)]
         read, own = _split_own(comments)
         return Thread("rest" if issues else "rest-comments", title, url, parts + read, own=own)
     return None
@@ -236,7 +272,7 @@ def looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
-def issues_of(doc: Any) -> dict[str, Thread]:
+def issues_of(doc: object) -> dict[str, Thread]:
     """The threads of a list of several issues (`gh issue list --json number,title,body,comments,url`), each by
     its number (by its place in the list where the JSON has no numbers); empty for any other document."""
     if not isinstance(doc, list) or len(doc) < 2 or not all(_is_issue(i) for i in doc):
@@ -251,7 +287,7 @@ def issues_of(doc: Any) -> dict[str, Thread]:
     return out
 
 
-def decode_json(data: bytes) -> Any:
+def decode_json(data: bytes) -> object:
     """The JSON document of an input, or None when it is not JSON."""
     if not looks_like_json(data[:4096]):
         return None

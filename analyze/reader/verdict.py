@@ -7,14 +7,23 @@ draft_stats_only > other > no_log, the most serious thing in the log winning.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, stale_drafter
 from kvtrace.analyze.reader.normalize import message
-from kvtrace.analyze.reader.records import PROSE_ACCEPTANCE, SUMMED_STATS, detail_of, int_or_none, lines_of, opt_int
+from kvtrace.analyze.reader.records import (
+    PROSE_ACCEPTANCE,
+    SUMMED_STATS,
+    Meta,
+    detail_of,
+    int_or_none,
+    lines_of,
+    opt_int,
+)
+from kvtrace.analyze.reader.thread import ThreadInfo
 
 KINDS = ("inconsistent_positions", "decode_failed", "kv_slot", "draft_stats_only", "other", "no_log")
 RULES = {
@@ -23,6 +32,45 @@ RULES = {
     "mrope_le": "M-RoPE: X <= Y is required",
     "unclosed": "the closing line is missing",
 }
+
+
+class EvidenceLine(TypedDict):
+    """A log line the verdict stands on."""
+
+    line: int
+    text: str
+
+
+class AcceptanceSummary(TypedDict, total=False):
+    """Draft acceptance summed over the log (`acceptance`); empty where the log has none."""
+
+    accepted: int
+    generated: int
+    rate: float | None
+    per_step_lines: int
+    synthetic: bool
+
+
+class StaleTrim(TypedDict):
+    """A line where llama.cpp found the drafter's memory stale and trimmed it."""
+
+    line: int | None
+    seq_id: int | None
+    last_pos: int | None  # X: where the draft memory ended
+    batch_start: int | None  # Y: where the target's rows start
+
+
+class VerdictCounts(TypedDict, total=False):
+    """What every verdict carries whatever its kind (`decide` passes them on as keywords)."""
+
+    n_errors: int
+    n_batches: int
+    n_resets: int
+    acceptance: AcceptanceSummary
+    source: str
+    truncated: bool
+    stale_trims: list[StaleTrim]
+    confidence: str
 
 
 @dataclass(slots=True)
@@ -34,11 +82,11 @@ class Verdict:
     batch_start: int | None
     n_position_errors: int
     summary: str
-    evidence: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[EvidenceLine] = field(default_factory=list)
     n_errors: int = 0
     n_batches: int = 0
     n_resets: int = 0
-    acceptance: dict[str, Any] = field(default_factory=dict)
+    acceptance: AcceptanceSummary = field(default_factory=AcceptanceSummary)
     source: str = ""
     component_evidence: int | None = None  # the log line that decided `component` (None when unknown)
     # "low" when only the failure-concept layer (analyze/reader/concepts.py) read the failure: a wrapper's wording
@@ -49,28 +97,28 @@ class Verdict:
     proof: str | None = None
     # a GitHub thread's JSON: its parts with their line ranges, `evidence_from` (the part the deciding line was
     # pasted in: "body" or "comment 3 by @login at URL") and `not_fetched` (linked logs); None for any other input
-    thread: dict[str, Any] | None = None
+    thread: ThreadInfo | None = None
     # the drafter's memory found stale and trimmed by llama.cpp itself (the draft mirror, MTP): each with its
     # line, seq_id, last_pos (X: where the draft memory ended) and batch_start (Y: where the target's rows start)
-    stale_trims: list[dict[str, Any]] = field(default_factory=list)
+    stale_trims: list[StaleTrim] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def stale_trims(events: pd.DataFrame) -> list[dict[str, Any]]:
+def stale_trims(events: pd.DataFrame) -> list[StaleTrim]:
     """The lines where llama.cpp found the drafter's memory stale and trimmed it
     (docs/llama-cpp-lines.md#stale-draft-trims)."""
     out = []
     rows = events[events.kind == "stale_trim"]
     for line, seq, text in zip(rows["line"], rows["seq_id"], rows["detail"], strict=True):
         d = detail_of(text)
-        out.append({"line": opt_int(line), "seq_id": opt_int(seq), "last_pos": int_or_none(d.get("last_pos")),
-                    "batch_start": int_or_none(d.get("batch_start"))})
+        out.append(StaleTrim(line=opt_int(line), seq_id=opt_int(seq), last_pos=int_or_none(d.get("last_pos")),
+                             batch_start=int_or_none(d.get("batch_start"))))
     return out
 
 
-def trims_text(trims: list[dict[str, Any]]) -> str:
+def trims_text(trims: list[StaleTrim]) -> str:
     """One sentence: the drafter's memory was stale and llama.cpp trimmed it, at which X/Y."""
     if not trims:
         return ""
@@ -82,14 +130,14 @@ def trims_text(trims: list[dict[str, Any]]) -> str:
             "itself.")
 
 
-def synthetic(events: pd.DataFrame, meta: dict[str, Any]) -> bool:
+def synthetic(events: pd.DataFrame, meta: Meta) -> bool:
     """Whether the run's acceptance was made up by the server (b11434's --spec-synth-len/--spec-synth-rates):
     its lines say so, or its command line has the flag."""
     flags = meta.get("flags") or {}
     return bool((events.kind == "synthetic").any()) or any(f in flags for f in SYNTHETIC_FLAGS)
 
 
-def acceptance(events: pd.DataFrame, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def acceptance(events: pd.DataFrame, meta: Meta | None = None) -> AcceptanceSummary:
     """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
@@ -101,37 +149,37 @@ def acceptance(events: pd.DataFrame, meta: dict[str, Any] | None = None) -> dict
     if rows.empty:
         rows = steps
     if rows.empty:
-        return {}
+        return AcceptanceSummary()
     acc, gen = int(rows.accepted.fillna(0).sum()), int(rows.generated.fillna(0).sum())
-    return {"accepted": acc, "generated": gen, "rate": round(acc / gen, 5) if gen else None,
-            "per_step_lines": int(len(steps)), "synthetic": synthetic(events, meta or {})}
+    return AcceptanceSummary(accepted=acc, generated=gen, rate=round(acc / gen, 5) if gen else None,
+                             per_step_lines=int(len(steps)), synthetic=synthetic(events, meta or {}))
 
 
-def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[dict[str, Any]]:
+def _evidence(errors: pd.DataFrame, row: pd.Series | None) -> list[EvidenceLine]:
     if row is None:
         return []
     lines = lines_of(row["lines"])
     if len(lines) > 8:  # the start and the end of a long run (retries) say the most
         lines = lines[:4] + lines[-3:]
-    out = [{"line": int(n), "text": text.strip()} for n, text in lines]
+    out = [EvidenceLine(line=int(n), text=text.strip()) for n, text in lines]
     ev_line = opt_int(row["evidence_line"])
     if ev_line is not None and all(e["line"] != ev_line for e in out):
-        out.append({"line": ev_line, "text": str(row["evidence"])})
+        out.append(EvidenceLine(line=ev_line, text=str(row["evidence"])))
     return out
 
 
-def _add_line(evidence: list[dict[str, Any]], line: int | None, errors: pd.DataFrame) -> None:
+def _add_line(evidence: list[EvidenceLine], line: int | None, errors: pd.DataFrame) -> None:
     """Make sure the line that decided the side is among the evidence lines (with its text)."""
     if line is None or any(e["line"] == line for e in evidence):
         return
     for text in errors["lines"]:
         for n, t in lines_of(text):
             if n == line:
-                evidence.append({"line": line, "text": t.strip()})
+                evidence.append(EvidenceLine(line=line, text=t.strip()))
                 return
     hit = errors[errors["evidence_line"] == line]
     if len(hit):
-        evidence.append({"line": line, "text": str(hit.iloc[0]["evidence"]).strip()})
+        evidence.append(EvidenceLine(line=line, text=str(hit.iloc[0]["evidence"]).strip()))
 
 
 def _position_summary(pos: pd.DataFrame, first: pd.Series) -> str:
@@ -204,13 +252,13 @@ def _side_from_its_copy(rows: pd.DataFrame) -> pd.Series:
     return first
 
 
-def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: dict[str, Any], n_batches: int,
+def decide(errors: pd.DataFrame, events: pd.DataFrame, meta: Meta, n_batches: int,
            source: str = "", *, truncated: bool = False) -> Verdict:
     acc = acceptance(events, meta)
     n_resets = len(reset_events(events))
     trims = stale_trims(events)
     pos = errors[errors.kind == "inconsistent_positions"]
-    base: dict[str, Any] = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
+    base: VerdictCounts = {"n_errors": len(errors), "n_batches": n_batches, "n_resets": n_resets, "acceptance": acc,
             "source": source, "truncated": truncated, "stale_trims": trims}
     speculative, whole_log = bool(meta.get("speculative")), not truncated
     # failures the concept layer read count only where the table read none (a wrapper's words, never llama.cpp's),

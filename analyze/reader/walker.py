@@ -53,6 +53,7 @@ from kvtrace.analyze.reader.records import (
     Event,
     Failure,
     KvColumns,
+    Meta,
     draft_counts,
     int_or_none,
 )
@@ -102,7 +103,7 @@ class Walker:
         self.failures: list[Failure] = []
         self.events: list[Event] = []
         # what the log says about its run (build, devices, contexts, flags...): ParseResult.meta is built on it
-        self.meta: dict[str, Any] = {
+        self.meta: Meta = {
             "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
             "placement": {}, "rope": [], "arch": [], "mrope": False,
         }

@@ -34,6 +34,7 @@ from kvtrace.analyze.reader.thread import OWN_MARKER
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
+    from kvtrace.analyze.reader.records import Meta
     from kvtrace.analyze.reader.thread import Part
     from kvtrace.analyze.reader.verdict import Verdict
 
@@ -285,16 +286,16 @@ def _cell(text: str) -> str:
     return escape(text.replace("`", "").replace("|", "/"))
 
 
-def device_blocks(meta: Mapping[str, Any]) -> list[Block]:
+def device_blocks(meta: Meta) -> list[Block]:
     """The devices the log lists and where the target's and the drafter's layers and buffers sat."""
     out: list[Block] = []
-    devices = device_rows(dict(meta))
+    devices = device_rows(meta)
     if devices:
         out += [Prose("**Devices** (from the log):"),
                 Table(["device", "backend", "description", "memory"],
                       [[_cell(v) for v in r.values()] for r in devices])]
-    placed = placement_rows(dict(meta))
-    line = layout_line(dict(meta))
+    placed = placement_rows(meta)
+    line = layout_line(meta)
     if placed or line:
         out.append(Prose("**Placement**" + (f" ({escape(line)})" if line else "") + ":"))
     if placed:
