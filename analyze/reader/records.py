@@ -110,6 +110,7 @@ class Meta(TypedDict, total=False):
     contexts: list[ContextSeen]
     spec_impls: list[str]
     flags: dict[str, str | bool]  # command-line flags the log shows: a flag's value, True for a bare one
+    told_flags: list[str]  # those of `flags` only a sentence of the report named, never a command (walker.add_flags)
     placement: dict[str, Any]  # split mode, tensor split, and per model its devices' layers and buffers (devices.py)
     rope: list[str]
     arch: list[str]

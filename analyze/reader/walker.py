@@ -104,7 +104,7 @@ class Walker:
         self.events: list[Event] = []
         # what the log says about its run (build, devices, contexts, flags...): ParseResult.meta is built on it
         self.meta: Meta = {
-            "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {},
+            "versions": [], "backends": [], "gpus": [], "contexts": [], "spec_impls": [], "flags": {}, "told_flags": [],
             "placement": {}, "rope": [], "arch": [], "mrope": False,
         }
         # what the meta lines leave for the lines after them: the model loads so far (placement is worked
@@ -758,7 +758,7 @@ class Walker:
         `text` is such a sentence, where the caller knows (a manifest's command line is not); else judged here."""
         flags = self.meta["flags"]
         told = remark(text) if told is None else told
-        told_flags: list[str] = self.meta.setdefault("told_flags", []) if told else self.meta.get("told_flags", [])
+        told_flags = self.meta["told_flags"]
         for fm in _FLAGS.finditer(text):
             flag = fm["flag"]
             if (only_new or told) and flag in flags:

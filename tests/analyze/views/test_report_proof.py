@@ -22,7 +22,7 @@ CRASHES = b"The model crashes after a few requests.\n"
 CPP_QUOTE = (b"The server aborts when the prompt is long. I think this check is wrong:\n\n```cpp\n"
              b"GGML_ASSERT(n_tokens_all <= cparams.n_batch);\n```\n")
 # llama.cpp's bug template, filled in the way the issue's report was: a symptom with no failure line, and one
-# acceptance line (the format of log-formats' draft statistics)
+# acceptance line (llama.cpp's draft statistics line)
 GARBAGE_TEMPLATE = b"""### Name and Version
 
 version: 7000 (abcdef0)
