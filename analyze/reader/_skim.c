@@ -627,6 +627,23 @@ static void release(State *s) {
         Py_CLEAR(s->batch_append[i]);
 }
 
+static int blank(char c) { return c == ' ' || c == '\t'; }
+
+/* A Markdown fence at a line's start, as analyze/reader/proof.py's _FENCE matches it: up to 3 blanks, quote marks
+ * (each with one blank after it or none), up to 3 blanks, then ``` or ~~~. Only the start is looked at. */
+static int fence_start(cursor a, cursor e) {
+    for (int n = 0; n < 3 && a < e && blank(*a); n++)
+        a++;
+    while (a < e && *a == '>') {
+        a++;
+        if (a < e && blank(*a))
+            a++;
+    }
+    for (int n = 0; n < 3 && a < e && blank(*a); n++)
+        a++;
+    return e - a >= 3 && ((a[0] == '`' && a[1] == '`' && a[2] == '`') || (a[0] == '~' && a[1] == '~' && a[2] == '~'));
+}
+
 /* One line the walker would handle in a known way: 1 done, 0 the walker must see it, -1 an error. */
 static int line(State *s, cursor base, cursor a, cursor e) {
     long long no = s->no + 1;
@@ -748,7 +765,7 @@ static int line(State *s, cursor base, cursor a, cursor e) {
         return 1;
     }
     /* a Markdown fence may open or close a block (quoted C/C++ source is skipped to its end): the walker's */
-    if (HAS(a, e, "``") || HAS(a, e, "~~"))
+    if (fence_start(a, e))
         return 0;
     long idx = memo_index(a, e);
     if (idx == MEMO_ERROR)
