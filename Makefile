@@ -35,7 +35,7 @@ $(ENGINE_STAMP):
 	touch $@
 
 $(STAMP): pyproject.toml analyze/reader/_skim.c $(ENGINE_STAMP)
-	$(BIN)/pip install -q -e '.[engine,test,cluster]'
+	$(BIN)/pip install -q -e '.[engine,test,cluster,dashboard]'
 	mkdir -p $(VENV)/typecheck/kvtrace
 	ln -sfn ../../../analyze $(VENV)/typecheck/kvtrace/analyze
 	ln -sfn ../../../capture $(VENV)/typecheck/kvtrace/capture
@@ -58,8 +58,8 @@ lint: setup
 test: lint server browser core-smoke
 	$(BIN)/pytest --durations=25
 
-# The core (no llama.cpp build) in a fresh Python 3.13 venv: install from wheels, one top-level name (kvtrace),
-# triage the corpus fixtures.
+# The core (no llama.cpp build, no dashboard) in a fresh Python 3.13 venv: install from wheels, one top-level name
+# (kvtrace), triage the corpus fixtures, reply on a thread without streamlit or plotly installed.
 # Under CI (CI set) a machine without Python 3.13 fails: the supported range must be tested there, not skipped.
 core-smoke:
 	@if [ -z "$(PY313)" ] && [ -n "$$CI" ]; then echo "core-smoke: CI is set and no Python 3.13 was found (pyenv or python3.13 on PATH)" >&2; exit 1; fi
@@ -72,7 +72,11 @@ core-smoke:
 		.venv-core313/bin/kvtrace triage --json tests/fixtures/corpus > .venv-core313/triage.jsonl && \
 		.venv-core313/bin/python -c "import sys; n = sum(1 for _ in open('.venv-core313/triage.jsonl')); print(f'core-smoke: python 3.13 triaged {n} corpus logs'); sys.exit(n == 0)" && \
 		(.venv-core313/bin/kvtrace demo --no-dashboard 2>&1 | grep -q "kvtrace\[engine\]") && \
-		echo "core-smoke: without the engine extra, kvtrace demo names it"; fi
+		echo "core-smoke: without the engine extra, kvtrace demo names it" && \
+		.venv-core313/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('streamlit') is not None or u.find_spec('plotly') is not None)" && \
+		.venv-core313/bin/kvtrace reply tests/fixtures/github/beellama-28.gh.json --bot b -o .venv-core313/comment.md | grep -q '"action": "post"' && \
+		(.venv-core313/bin/kvtrace dashboard 2>&1 | grep -q "kvtrace\[dashboard\]") && \
+		echo "core-smoke: the core reads and replies without streamlit or plotly, and kvtrace dashboard names its extra"; fi
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -28,6 +28,7 @@ COMMANDS = {
     "query": "kvtrace.analyze.cli.query:query_command",
     "redact": "kvtrace.analyze.cli.redact:redact_command",
     "replay": "kvtrace.analyze.cli.replay:replay_command",
+    "reply": "kvtrace.analyze.cli.reply:reply_command",
     "report": "kvtrace.analyze.cli.reports:report_command",
     "triage": "kvtrace.analyze.cli.read:triage_command",
 }

@@ -69,6 +69,11 @@ class LiveDashboard:
 
     def attach(self, opts: CaptureOptions) -> None:
         if self.wanted:
+            from kvtrace.analyze.cli.dashboard import dashboard_missing
+
+            missing = dashboard_missing()  # said before anything starts, not once the capture runs
+            if missing is not None:
+                fail(f"--dashboard: {missing}")
             opts.on_session = self.open
 
     def open(self, session: Path) -> None:

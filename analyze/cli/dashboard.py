@@ -43,6 +43,17 @@ def child_setup(follow: bool) -> Callable[[], None]:
     return setup
 
 
+def dashboard_missing() -> str | None:
+    """Why the dashboard cannot start in this installation (its extra not installed), or None."""
+    import importlib.util
+
+    lacking = [m for m in ("streamlit", "plotly") if importlib.util.find_spec(m) is None]
+    if not lacking:
+        return None
+    return (f"the dashboard needs {' and '.join(lacking)}, which the core install leaves out: "
+            "pip install 'kvtrace[dashboard]'")
+
+
 def start_dashboard(path: Path | None, host: str = DEFAULT_HOST, port: int | None = None, *, follow: bool = False,
                     quiet: bool = False) -> Dashboard:
     from kvtrace.analyze.dashboard.launch import launch
@@ -124,6 +135,9 @@ def dashboard_command(source: Path | None, follow: bool, port: int | None, host:
             raise click.UsageError(str(exc)) from None
     if not app_path().is_file():
         raise click.ClickException(f"the dashboard app is missing from this installation ({app_path().name})")
+    missing = dashboard_missing()
+    if missing is not None:
+        raise click.ClickException(missing)
     if port is not None and port_in_use(host, port):
         # one line and exit 2 (bad input): not the URL of whatever holds the port, nor the server's own errors
         click.echo(f"kvtrace dashboard: port {port} on {host} is in use; pick another with --port, or leave "

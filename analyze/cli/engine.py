@@ -333,7 +333,12 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
     click.echo(format_verdict(verdict))
     if no_dashboard or not _dashboard_ready():
         return
-    from kvtrace.analyze.cli.dashboard import serve, start_dashboard
+    from kvtrace.analyze.cli.dashboard import dashboard_missing, serve, start_dashboard
+
+    missing = dashboard_missing()
+    if missing is not None:
+        click.echo(f"\nkvtrace: {missing}; then: kvtrace dashboard {result.session}", err=True)
+        return
 
     dash = start_dashboard(result.session, port=port)
     click.echo(f"\nkvtrace dashboard: {dash.url}  (Ctrl-C to stop)")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 if TYPE_CHECKING:
+    from kvtrace.analyze.reader.links import LinkPolicy
     from kvtrace.analyze.reader.parser import ParseResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,13 +88,14 @@ def warn(message: str) -> None:
     click.echo(f"kvtrace: warning: {message}", err=True)
 
 
-def parse_or_none(src: str, progress: bool, jobs: int = 1) -> ParseResult | None:
+def parse_or_none(src: str, progress: bool, jobs: int = 1, links: LinkPolicy | None = None) -> ParseResult | None:
     """Parse one log; a log that cannot be read is reported in one line and gives None. What was read only in
-    part (a .gz cut short, a file that shrank) is said on stderr, whatever the command does with the result."""
+    part (a .gz cut short, a file that shrank) is said on stderr, whatever the command does with the result.
+    `links`: a GitHub thread's linked logs are fetched under this policy."""
     from kvtrace import analyze
 
     try:
-        result = analyze.parse(src, progress=progress, jobs=jobs)
+        result = analyze.parse(src, progress=progress, jobs=jobs, links=links)
     except analyze.InputError as exc:
         click.echo(f"kvtrace: {exc}", err=True)
         return None
@@ -102,9 +104,9 @@ def parse_or_none(src: str, progress: bool, jobs: int = 1) -> ParseResult | None
     return result
 
 
-def parse_or_fail(src: str, progress: bool | None) -> ParseResult:
+def parse_or_fail(src: str, progress: bool | None, links: LinkPolicy | None = None) -> ParseResult:
     """Parse one log, or exit 2 with one line when it cannot be read."""
-    result = parse_or_none(src, want_progress(progress))
+    result = parse_or_none(src, want_progress(progress), links=links)
     if result is None:
         raise SystemExit(2)
     return result
@@ -125,3 +127,30 @@ def cluster_client(address: str) -> Any:
         return connect(address)
     except ClusterError as exc:
         fail(str(exc))
+
+
+def links_options(fn: F) -> F:
+    """`--fetch-links` and where the GitHub instance is (Actions sets both variables on every runner)."""
+    fn = click.option("--github-api-url", "api_url", envvar="GITHUB_API_URL", default="https://api.github.com",
+                      show_default=True, metavar="URL",
+                      help="With --fetch-links: the GitHub API that gists are read through (env GITHUB_API_URL).")(fn)
+    fn = click.option("--github-url", "github_url", envvar="GITHUB_SERVER_URL", default="https://github.com",
+                      show_default=True, metavar="URL",
+                      help="With --fetch-links: the GitHub instance of the thread (env GITHUB_SERVER_URL); "
+                           "its address may be plain http or private (GitHub Enterprise), no other is.")(fn)
+    return click.option("--fetch-links", is_flag=True,
+                        help="Fetch the logs a GitHub thread links to (user-attachments files, gists, .log/.txt "
+                             "links; .gz and .zip unpacked) and read each as a part of the thread. Off by "
+                             "default: without it nothing is fetched.")(fn)
+
+
+def link_policy(fetch_links: bool, github_url: str, api_url: str) -> LinkPolicy | None:
+    """The policy --fetch-links asks for, or None (nothing fetched)."""
+    if not fetch_links:
+        return None
+    from kvtrace.analyze.reader.links import LinkPolicy
+
+    for name, url in (("--github-url", github_url), ("--github-api-url", api_url)):
+        if not url.startswith(("http://", "https://")):
+            fail(f"{name} {url!r}: give an http(s) URL")
+    return LinkPolicy(github_url=github_url, api_url=api_url)

@@ -13,6 +13,8 @@ from kvtrace.analyze.cli.options import (
     expand_sources,
     fail,
     json_option,
+    link_policy,
+    links_options,
     out_option,
     parse_or_none,
     progress_option,
@@ -187,7 +189,10 @@ def thread_lines(thread: ThreadInfo) -> list[str]:
     n = len(thread["parts"])
     out = [f"  thread:   GitHub issue, {n} part{'s' if n != 1 else ''} (body and comments); evidence from: "
            f"{thread['evidence_from'] or 'none of them'}"]
-    out += [f"  not fetched: {url}" for url in thread["not_fetched"]]
+    out += [f"  fetched:  {f['file']} ({f['bytes']:,} bytes) from {f['url']}"
+            for f in thread.get("fetched", []) if "error" not in f]
+    failed = {f["url"]: f["error"] for f in thread.get("fetched", []) if "error" in f}
+    out += [f"  not fetched: {url}" + (f" ({failed[url]})" if url in failed else "") for url in thread["not_fetched"]]
     return out
 
 
@@ -199,9 +204,11 @@ def thread_lines(thread: ThreadInfo) -> list[str]:
 @click.option("--csv", "as_csv", is_flag=True, help="The --table as CSV.")
 @click.option("-j", "--jobs", type=int, default=1, show_default=True, help="With --table: parse N logs at once.")
 @scheduler_option
+@links_options
 @progress_option
 def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv: bool, jobs: int,
-                   scheduler: str | None, progress: bool | None) -> None:
+                   scheduler: str | None, fetch_links: bool, github_url: str, api_url: str,
+                   progress: bool | None) -> None:
     """One verdict per log: what failed, on which side (target or drafter), where, and the evidence.
 
     Exit 0 whenever the inputs were read, whatever they show; 2 when one could not be read.
@@ -214,7 +221,11 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
       kvtrace triage --table --jobs 4 reports/        # one clustered row per report
       kvtrace triage --table --csv reports/ > triage.csv
       kvtrace triage --table --scheduler 10.0.0.5:8786 /shared/reports/
+      kvtrace triage --fetch-links thread.json        # with the logs the thread links to
     """
+    links = link_policy(fetch_links, github_url, api_url)
+    if links is not None and (table or as_csv or scheduler is not None):
+        fail("--fetch-links reads one thread at a time: leave out --table, --csv and --scheduler")
     if table or as_csv:
         triage_table(list(expand_sources(sources)), jobs, as_csv, progress, scheduler)
         return
@@ -227,7 +238,7 @@ def triage_command(sources: tuple[str, ...], as_json: bool, table: bool, as_csv:
     bad = 0
     first = True
     for src in expand_sources(sources):
-        result = parse_or_none(src, want_progress(progress))
+        result = parse_or_none(src, want_progress(progress), links=links)
         if result is None:
             bad += 1
             continue

@@ -12,6 +12,8 @@ from kvtrace.analyze.cli.options import (
     cluster_client,
     fail,
     json_option,
+    link_policy,
+    links_options,
     out_option,
     parse_or_fail,
     progress_option,
@@ -37,8 +39,10 @@ def _write(text: str, out: Path | None) -> None:
                    "workflow posts on an issue (a marker to find it again, what the report is missing, at most "
                    "65,536 characters).")
 @out_option("Write here instead of stdout.", folder=False)
+@links_options
 @progress_option
-def report_command(source: str, fmt: str, out: Path | None, progress: bool | None) -> None:
+def report_command(source: str, fmt: str, out: Path | None, fetch_links: bool, github_url: str, api_url: str,
+                   progress: bool | None) -> None:
     """A triage report for one log or session: verdict and signature, evidence lines with their line
     numbers, positions around the first divergence, environment and next steps.
 
@@ -51,11 +55,11 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
       kvtrace report sessions/20261130-101500-engine-stale-drafter --format html -o report.html
       pbpaste | kvtrace report -
       gh issue view 28 --json title,body,comments | kvtrace report - --format github
-      kvtrace report "$GITHUB_EVENT_PATH" --format github -o comment.md
+      kvtrace report thread.json --format github --fetch-links -o comment.md
     """
     from kvtrace.analyze.views.report import github_comment, html_report, markdown_report
 
-    result = parse_or_fail(source, progress)
+    result = parse_or_fail(source, progress, link_policy(fetch_links, github_url, api_url))
     # a session folder is named by the folder (its log is always raw.log); never by the full path
     name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
     if fmt == "github":

@@ -35,6 +35,7 @@ from kvtrace.analyze.reader.verdict import Verdict, decide
 from kvtrace.analyze.reader.walker import Walker
 
 if TYPE_CHECKING:
+    from kvtrace.analyze.reader.links import LinkPolicy
     from kvtrace.analyze.reader.records import Meta
     from kvtrace.analyze.reader.split import PieceMap
 
@@ -112,13 +113,15 @@ def _result(w: Walker, name: str, n_bytes: int, warnings: list[str], truncated: 
 
 
 def parse(source: Source, *, name: str | None = None, progress: bool = False, jobs: int = 1,
-          piece_bytes: int | None = None, map_pieces: PieceMap | None = None) -> ParseResult:
+          piece_bytes: int | None = None, map_pieces: PieceMap | None = None,
+          links: LinkPolicy | None = None) -> ParseResult:
     """Parse a whole log: a path (a session folder means its raw.log), `-`, bytes or a binary file.
 
     `jobs` > 1 reads a big log file on that many processes (analyze/reader/split.py; a .gz is unpacked to a
     temporary file first), with the same tables as a serial read; `piece_bytes` forces its pieces' size
-    (tests cut small logs into many pieces); `map_pieces` runs the pieces elsewhere (a cluster's workers)."""
-    opened = open_source(source, name)
+    (tests cut small logs into many pieces); `map_pieces` runs the pieces elsewhere (a cluster's workers);
+    `links`: a GitHub thread's linked logs are fetched and read with it (analyze/reader/links.py), never by default."""
+    opened = open_source(source, name, links)
     if ((jobs > 1 or piece_bytes) and opened.thread is None and isinstance(source, str | os.PathLike)
             and str(source) != "-"):
         from kvtrace.analyze.reader.split import split_walk
@@ -135,7 +138,8 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
             walker, warnings = split
             _manifest_flags(source, walker)
             return _result(walker, opened.name, opened.size or 0, opened.warnings + warnings, opened.truncated)
-        opened = open_source(source, name)  # too small to split, or one of the cases only a serial read gets right
+        # too small to split, or one of the cases only a serial read gets right
+        opened = open_source(source, name, links)
     walker = Walker()
     if opened.thread is not None:
         walker.part_starts = frozenset(opened.thread.first_lines)

@@ -19,6 +19,7 @@ from kvtrace.analyze.reader.normalize import clean_chunk, decode
 from kvtrace.analyze.reader.session import RAW_LOG, log_of
 
 if TYPE_CHECKING:
+    from kvtrace.analyze.reader.links import LinkPolicy
     from kvtrace.analyze.reader.thread import Thread
 
 CHUNK = 64 << 10  # small enough to stay in cache: 4 MB chunks cost a third more on page faults alone
@@ -60,16 +61,18 @@ def resolve_path(source: str | os.PathLike[str]) -> Path:
     return path
 
 
-def open_source(source: Source, name: str | None = None) -> Opened:
+def open_source(source: Source, name: str | None = None, links: LinkPolicy | None = None) -> Opened:
+    """`links`: a GitHub thread's linked logs are fetched into it under this policy (never by default)."""
     if isinstance(source, bytes | bytearray):
         raw: BinaryIO = io.BytesIO(bytes(source))
-        return _maybe_gzip(Opened(raw, name or "<bytes>", len(source), raw))
+        return _maybe_gzip(Opened(raw, name or "<bytes>", len(source), raw), links=links)
     if hasattr(source, "read"):
         stream = cast(BinaryIO, source)
-        return _maybe_gzip(Opened(stream, name or str(getattr(stream, "name", "<stream>")), None, stream))
+        return _maybe_gzip(Opened(stream, name or str(getattr(stream, "name", "<stream>")), None, stream),
+                           links=links)
     if str(source) == "-":
         stdin = sys.stdin.buffer
-        return _maybe_gzip(Opened(stdin, name or "<stdin>", None, stdin))
+        return _maybe_gzip(Opened(stdin, name or "<stdin>", None, stdin), links=links)
     given, issue = str(source), None
     if "#" in given and not Path(given).exists() and Path(given.rsplit("#", 1)[0]).is_file():
         given, issue = given.rsplit("#", 1)  # `issues.json#28`: one issue of a list of issues
@@ -79,20 +82,20 @@ def open_source(source: Source, name: str | None = None) -> Opened:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     label = f"{path}#{issue}" if issue is not None else str(path)
-    return _maybe_gzip(Opened(fh, name or label, path.stat().st_size, fh), issue)
+    return _maybe_gzip(Opened(fh, name or label, path.stat().st_size, fh), issue, links)
 
 
-def _maybe_gzip(opened: Opened, issue: str | None = None) -> Opened:
+def _maybe_gzip(opened: Opened, issue: str | None = None, links: LinkPolicy | None = None) -> Opened:
     """Decompress when the bytes say gzip (not the file name: pastes get renamed)."""
     stream = opened.stream
     if not hasattr(stream, "peek"):  # anything with peek will do (BufferedReader, GzipFile, ...)
         stream = cast(BinaryIO, io.BufferedReader(cast(io.RawIOBase, stream)))
     head = cast(io.BufferedReader, stream).peek(2)[:2]
     opened.stream = cast(BinaryIO, GzipReader(stream, opened)) if head == b"\x1f\x8b" else stream
-    return _maybe_thread(opened, issue)
+    return _maybe_thread(opened, issue, links)
 
 
-def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
+def _maybe_thread(opened: Opened, issue: str | None = None, links: LinkPolicy | None = None) -> Opened:
     """A GitHub thread's JSON (by content) is read as its parts' text, `issue` the one of a list of issues to read;
     any other input is left as it is. (A gzip is not looked into: its reader keeps what a truncation left, and a
     thread is never that big.)"""
@@ -126,6 +129,10 @@ def _maybe_thread(opened: Opened, issue: str | None = None) -> Opened:
     if thread is None:  # JSON of another kind, or too big to be a thread: its bytes are the log
         opened.stream = cast(BinaryIO, io.BufferedReader(_Chain(data, stream)))
         return opened
+    if links is not None:
+        from kvtrace.analyze.reader.links import fetch_links
+
+        fetch_links(thread, links)
     text = thread.text().encode("utf-8")
     if stream is not sys.stdin.buffer:
         stream.close()

@@ -3,8 +3,10 @@ of comments (or both in one array, `jq -s`), and an Actions `issues` / `issue_co
 
 Recognised by content, never by file name. The body and each comment are separate pastes of one thread: they
 are read one after another as one text, a blank line between them, and `Thread.parts` says which lines came
-from which. The title is not read (a title quotes the error, not the log). Logs attached as links are listed
-as not fetched: nothing is ever fetched.
+from which. The title is not read (a title quotes the error, not the log). kvtrace's own comments (they open
+with `OWN_MARKER`) are kept aside in `Thread.own`, never read as a report: they quote the evidence they were built
+from. Logs attached as links are listed as not fetched, unless asked for (`--fetch-links`,
+analyze/reader/links.py): then each file fetched is one more part, named after the file and where it was linked.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict, TypeGuard
+from typing import NotRequired, TypedDict, TypeGuard
+
+# The opening of every comment kvtrace posts (analyze/views/report.py writes it, the bot finds its comment by it)
+OWN_MARKER = "<!-- kvtrace:triage -->"
+# A comment's number in its page address (gh's `url`, the REST API's `html_url`), the REST API's id of it
+_COMMENT_ID = re.compile(r"#issuecomment-(\d+)$")
 
 # A thread held in memory to be decoded as a whole; a bigger JSON input is read as text.
 MAX_THREAD = 64 << 20
@@ -24,7 +31,8 @@ _URL = re.compile(r"https?://[^\s<>()\[\]{}\"'`|\\]+")
 _SWAP_MODEL = re.compile(
     r"^(?P<indent>[ \t]*)(?P<model>[\w.:+-]+):[ \t]*\n(?:(?P=indent)[ \t]+\S.*\n)*?(?P=indent)[ \t]+cmd:", re.MULTILINE)
 _ATTACHED = re.compile(
-    r"https?://(?:github\.com/user-attachments/files/|gist\.github\.com/|gist\.githubusercontent\.com/)"
+    # (user-attachments on any host: GitHub Enterprise serves them at the same path)
+    r"https?://(?:[\w.-]+(?::\d+)?/user-attachments/files/|gist\.github\.com/|gist\.githubusercontent\.com/)"
     r"|\.(?:log|txt)(?:\.gz)?(?:[?#].*)?$",
     re.IGNORECASE,
 )
@@ -53,16 +61,28 @@ class ThreadInfo(TypedDict):
     parts: list[PartRange]
     evidence_from: str | None
     not_fetched: list[str]
+    fetched: list[FetchedLink]  # links read with --fetch-links (analyze/reader/links.py), each file or its error
+
+
+class FetchedLink(TypedDict):
+    """What one link gave: a file read (`file`, `bytes`, `part`: the part it became) or why not (`error`)."""
+
+    url: str
+    file: NotRequired[str]
+    bytes: NotRequired[int]
+    part: NotRequired[str]
+    error: NotRequired[str]
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
     """One paste of the thread: the issue's body or one comment."""
 
-    label: str  # "body", "comment 3" (its place in the thread), or "comment" (an event's, place unknown)
+    label: str  # "body", "comment 3" (its place in the thread), "comment" (an event's), or a fetched file's name
     author: str  # the login, "" when the JSON does not say
     url: str
     text: str
+    comment_id: int | None = None  # the REST API's id of a comment (what an edit of it is addressed by)
 
     def where(self) -> str:
         """`body`, or `comment 3 by @login at URL`: where a line of the thread was pasted."""
@@ -81,6 +101,10 @@ class Thread:
     parts: list[Part]
     first_lines: list[int] = field(default_factory=list)  # the first line of each part in `text()`
     last_lines: list[int] = field(default_factory=list)  # and its last (the blank line after it not counted)
+    own: list[Part] = field(default_factory=list)  # kvtrace's own comments, not read
+    # links asked for (`--fetch-links`): {"url", "file", "bytes", "part"} for each file read, {"url", "error"}
+    # for a link that could not be
+    fetched: list[FetchedLink] = field(default_factory=list)
 
     def text(self) -> str:
         """Every part, in order, one blank line between them; fills `first_lines`."""
@@ -109,11 +133,32 @@ class Thread:
         """Logs the thread links to rather than pastes, in order, each once."""
         seen: dict[str, None] = {}
         for part in self.parts:
+            if part.url in self.fetched_urls():  # a fetched file's own text links nowhere the thread does
+                continue
             for m in _URL.finditer(part.text):
                 url = m.group(0).rstrip(".,;:!?*_~")
                 if _ATTACHED.search(url):
                     seen.setdefault(url, None)
         return list(seen)
+
+    def linked_from(self) -> dict[str, Part]:
+        """Each link of `links()` and the part that first links it."""
+        out: dict[str, Part] = {}
+        for part in self.parts:
+            for m in _URL.finditer(part.text):
+                url = m.group(0).rstrip(".,;:!?*_~")
+                if _ATTACHED.search(url):
+                    out.setdefault(url, part)
+        return out
+
+    def fetched_urls(self) -> set[str]:
+        """The links whose files were read (each one or more parts)."""
+        return {f["url"] for f in self.fetched if "error" not in f}
+
+    def not_fetched(self) -> list[str]:
+        """The links listed but not read: not asked for, or that failed."""
+        done = self.fetched_urls()
+        return [u for u in self.links() if u not in done]
 
     def llama_swap_model(self) -> str | None:
         """The model of a llama-swap config pasted in the thread (the first one whose entry has a `cmd:`)."""
@@ -132,7 +177,8 @@ class Thread:
                  for p, first, end in zip(self.parts, self.first_lines, self.last_lines, strict=True)]
         hit = next((found for n in lines if (found := self.part_of(n)) is not None), None)
         return ThreadInfo(shape=self.shape, title=self.title, url=self.url, parts=parts,
-                          evidence_from=hit[0].where() if hit is not None else None, not_fetched=self.links())
+                          evidence_from=hit[0].where() if hit is not None else None, not_fetched=self.not_fetched(),
+                          fetched=list(self.fetched))
 
 
 def _login(obj: JsonObject, key: str) -> str:
@@ -158,7 +204,21 @@ def _comment(obj: JsonObject, label: str) -> Part:
     url = _text(obj.get("html_url")) or _text(obj.get("url"))
     if "api.github.com" in url:  # a REST comment's `url` is the API's; its page is html_url
         url = ""
-    return Part(label, author, url, _text(obj.get("body")))
+    rest_id = obj.get("id")
+    m = _COMMENT_ID.search(url)
+    comment_id = rest_id if isinstance(rest_id, int) else int(m.group(1)) if m is not None else None
+    return Part(label, author, url, _text(obj.get("body")), comment_id)
+
+
+def is_own(obj: object) -> bool:
+    """A comment kvtrace posted: its body opens with the marker (whoever wrote it; the bot also checks the author)."""
+    return isinstance(obj, dict) and _text(obj.get("body")).lstrip().startswith(OWN_MARKER)
+
+
+def _split_own(comments: list[Part]) -> tuple[list[Part], list[Part]]:
+    """The thread's comments to read, and kvtrace's own, each keeping its place in the thread."""
+    return ([c for c in comments if not c.text.lstrip().startswith(OWN_MARKER)],
+            [c for c in comments if c.text.lstrip().startswith(OWN_MARKER)])
 
 
 def _issue(obj: JsonObject) -> tuple[Part, list[Part]]:
@@ -176,7 +236,7 @@ def thread_of(doc: object) -> Thread | None:
         issue = doc["issue"]
         body, _ = _issue(issue)
         posted = [body]
-        if isinstance(doc.get("comment"), dict) and _is_comment(doc["comment"]):
+        if isinstance(doc.get("comment"), dict) and _is_comment(doc["comment"]) and not is_own(doc["comment"]):
             posted.append(_comment(doc["comment"], "comment"))
         return Thread("event", _text(issue.get("title")), _text(issue.get("html_url")), posted)
     if _is_issue(doc):
@@ -184,7 +244,8 @@ def thread_of(doc: object) -> Thread | None:
         shape = "gh" if isinstance(doc.get("comments"), list) or "html_url" not in doc else "rest"
         # gh's `url` is the issue's page; the REST API's is its API address, beside `html_url`
         url = _text(doc.get("html_url")) or (_text(doc.get("url")) if shape == "gh" else "")
-        return Thread(shape, _text(doc.get("title")), url, [body, *comments])
+        read, own = _split_own(comments)
+        return Thread(shape, _text(doc.get("title")), url, [body, *read], own=own)
     if isinstance(doc, list) and doc:
         items: list[object] = []
         for item in doc:  # `jq -s . issue.json comments.json`: the issue, then its list of comments
@@ -200,8 +261,9 @@ def thread_of(doc: object) -> Thread | None:
             body, _ = _issue(issues[0])
             parts.append(body)
             title, url = _text(issues[0].get("title")), _text(issues[0].get("html_url"))
-        parts += [_comment(c, f"comment {n}") for n, c in enumerate((i for i in items if _is_comment(i)), 1)]
-        return Thread("rest" if issues else "rest-comments", title, url, parts)
+        comments = [_comment(c, f"comment {n}") for n, c in enumerate((i for i in items if _is_comment(i)), 1)]
+        read, own = _split_own(comments)
+        return Thread("rest" if issues else "rest-comments", title, url, parts + read, own=own)
     return None
 
 

@@ -32,6 +32,7 @@ from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_r
 from kvtrace.analyze.reader.patterns import PATTERNS
 from kvtrace.analyze.reader.proof import headline_of
 from kvtrace.analyze.reader.records import lines_of
+from kvtrace.analyze.reader.thread import OWN_MARKER
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
@@ -577,7 +578,7 @@ def html_report(result: ParseResult, *, name: str | None = None) -> str:
 # What a workflow posts on an issue (samples/github/): GitHub Markdown, found again by its marker, never
 # longer than GitHub allows. Log text sits in fences only; prose from the log is escaped and cannot mention.
 
-GITHUB_MARKER = "<!-- kvtrace:triage -->"
+GITHUB_MARKER = OWN_MARKER  # the thread reader leaves a comment that opens with it unread
 GITHUB_LIMIT = 65_536  # characters in one comment body
 EVIDENCE_WIDTH = 300  # characters kept of one evidence line
 EVIDENCE_MAX = 24  # evidence lines shown
@@ -771,22 +772,45 @@ def github_comment(result: ParseResult) -> str:
     out.append(explanation.replace("@", "@&#8203;"))
     if steps:
         out += ["**Next steps:**", "\n".join(f"- {step}" for step in steps)]
-    items = missing_items(result, sig)
-    rerun = rerun_line(result)
-    out += ["**What is missing** for this kind of failure (checked: the thread has it):",
-            "\n".join(f"- [{'x' if have else ' '}] {what}" for have, what in items)
-            + "\n- [ ] a rerun captured with kvtrace, which keeps all of the above in one log"
-            + (" (`config.yaml`: the llama-swap config in the thread):" if " llama-swap " in rerun
-               else " (`MODEL.gguf`: your model; add every flag the report does not show):"),
-            fence([rerun], "sh")]
-    links = result.thread.links() if result.thread is not None else []
-    if links:
-        shown = [u if len(u) <= 200 else u[:200] + " [cut]" for u in links[:LINKS_MAX]]
-        more = f" ({len(links) - LINKS_MAX} more)" if len(links) > LINKS_MAX else ""
-        out += [f"**Linked logs, not fetched{more}** (kvtrace reads only what is pasted in the thread):",
-                fence(shown)]
+    out += missing_blocks(result, sig)
+    out += linked_blocks(result)
     out.append("<sub>kvtrace edits this comment when the thread changes.</sub>")
     text = "\n\n".join(out) + "\n"
     if len(text) > GITHUB_LIMIT:  # cannot happen with the bounds above; a comment GitHub refuses helps no one
         text = "\n\n".join([GITHUB_MARKER, out[1], out[2], "(the full triage is longer than a comment)"]) + "\n"
     return text
+
+
+def missing_blocks(result: ParseResult, sig: SignatureMatch) -> list[str]:
+    """What the report is missing for this kind of failure, checked off, and the capture line to rerun with."""
+    items = missing_items(result, sig)
+    rerun = rerun_line(result)
+    return ["**What is missing** for this kind of failure (checked: the thread has it):",
+            "\n".join(f"- [{'x' if have else ' '}] {what}" for have, what in items)
+            + "\n- [ ] a rerun captured with kvtrace, which keeps all of the above in one log"
+            + (" (`config.yaml`: the llama-swap config in the thread):" if " llama-swap " in rerun
+               else " (`MODEL.gguf`: your model; add every flag the report does not show):"),
+            fence([rerun], "sh")]
+
+
+def linked_blocks(result: ParseResult) -> list[str]:
+    """The thread's linked logs: those read (`--fetch-links`), and those not (not asked for, or failed, why)."""
+    if result.thread is None:
+        return []
+    out: list[str] = []
+    read = [f for f in result.thread.fetched if "error" not in f][:LINKS_MAX]
+    if read:
+        out += ["**Linked logs read** (fetched from the thread's links, each read as its own part):",
+                fence([f"{f['file']} ({f['bytes']:,} bytes) from {_cut(f['url'])}" for f in read])]
+    failed = {f["url"]: f["error"] for f in result.thread.fetched if "error" in f}
+    links = result.thread.not_fetched()
+    if links:
+        shown = [_cut(u) + (f" ({_cut(failed[u])})" if u in failed else "") for u in links[:LINKS_MAX]]
+        more = f" ({len(links) - LINKS_MAX} more)" if len(links) > LINKS_MAX else ""
+        why = ("some could not be read" if failed else "kvtrace reads only what is pasted in the thread")
+        out += [f"**Linked logs, not fetched{more}** ({why}):", fence(shown)]
+    return out
+
+
+def _cut(text: str, width: int = 200) -> str:
+    return text if len(text) <= width else text[:width] + " [cut]"

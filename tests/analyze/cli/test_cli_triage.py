@@ -45,10 +45,10 @@ def test_triage_table_exact_output() -> None:
         "| cluster | report | signature | side | key | kind | seq_id | x | y | position_errors | failures | spec_type "
         "| build | gpus | acceptance | failure |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-        "| 1 | 01\\_beellama-27-dflash-drafter-consecutive.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 587 | 641 | 3 | 3 |  |  |  |  |  |\n"
         "| 1 | 00\\_beellama-28-multigpu-dflash-seed.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 259 | 1361 | 3 | 3 | dflash | 9459-07ac3cec6 | 2 |  |  |\n"
+        "inconsistent\\_positions | 0 | 259 | 1361 | 3 | 3 | draft-dflash | 9459-07ac3cec6 | 2 |  |  |\n"
+        "| 1 | 01\\_beellama-27-dflash-drafter-consecutive.log | stale\\_drafter\\_kv | drafter | consecutive | "
+        "inconsistent\\_positions | 0 | 587 | 641 | 3 | 3 | draft-dflash |  |  |  |  |\n"
         "| 2 | 13\\_llamacpp-4185-docker-compose-kv-free-space.log | kv\\_cache\\_full | target | no\\_free\\_space | "
         "kv\\_slot |  |  |  | 0 | 1 |  |  |  |  |  |\n"
         "| 3 | 16\\_club3090-1106-deepseek-draft-acceptance-OK.log | healthy\\_speculative | unknown |  | "
@@ -121,7 +121,7 @@ def test_report_markdown_sections() -> None:
     assert "| 147 | n/a | 259 |  | 1361 | refused batch, first divergence |" in md
     assert "**Next steps:**" in md and "- Known fix: beellama.cpp v0.3.0" in md
     env = next(body for _, body in _fenced_blocks(md) if "build: 9459-07ac3cec6" in body)
-    assert "GPUs: 2" in env and "spec type: dflash" in env
+    assert "GPUs: 2" in env and "spec type: draft-dflash" in env
     assert "decode failed" not in _outside_fences(md)
 
 
