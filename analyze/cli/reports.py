@@ -4,7 +4,9 @@ over the views (report, perfetto, triage) and the findings' compare."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +20,40 @@ from kvtrace.analyze.cli.options import (
     want_progress,
     warn,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def picture_options(fn: F) -> F:
+    """`--png FILE` and `--svg FILE`: the position chart as a picture, beside whatever the command prints."""
+    fn = click.option("--svg", "svg", type=click.Path(dir_okay=False, path_type=Path),
+                      help="Also write the position chart here as SVG (vector).")(fn)
+    return click.option("--png", "png", type=click.Path(dir_okay=False, path_type=Path),
+                        help="Also write the position chart here as a PNG (1200x600, to attach to an issue). "
+                             "Drawn by the system's Chromium or Chrome (BROWSER_PATH names one).")(fn)
+
+
+def _need_browser(png: Path | None, svg: Path | None) -> None:
+    """Before a long read: a picture asked for with no browser to draw it fails at once, with what to install."""
+    from kvtrace.analyze.views.picture import INSTALL_HINT, find_browser
+
+    if (png is not None or svg is not None) and find_browser() is None:
+        fail(INSTALL_HINT)
+
+
+def _pictures(make: Callable[[], Any], png: Path | None, svg: Path | None) -> None:  # Any: a figure (plotly)
+    """Draw the figure once and write each picture asked for; one line on stderr per file, or exit 2."""
+    from kvtrace.analyze.views.picture import BrowserMissing, PictureError, write_pictures
+
+    wanted = [(path, fmt) for path, fmt in ((png, "png"), (svg, "svg")) if path is not None]
+    if not wanted:
+        return
+    try:
+        sizes = write_pictures(make(), wanted)
+    except (BrowserMissing, PictureError) as exc:
+        fail(str(exc))
+    for (path, fmt), n in zip(wanted, sizes, strict=True):
+        click.echo(f"{path}: position chart, {fmt.upper()}, {n:,} bytes", err=True)
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -37,8 +73,10 @@ def _write(text: str, out: Path | None) -> None:
                    "workflow posts on an issue (a marker to find it again, what the report is missing, at most "
                    "65,536 characters).")
 @out_option("Write here instead of stdout.", folder=False)
+@picture_options
 @progress_option
-def report_command(source: str, fmt: str, out: Path | None, progress: bool | None) -> None:
+def report_command(source: str, fmt: str, out: Path | None, png: Path | None, svg: Path | None,
+                   progress: bool | None) -> None:
     """A triage report for one log or session: verdict and signature, evidence lines with their line
     numbers, positions around the first divergence, environment and next steps.
 
@@ -52,14 +90,20 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
       pbpaste | kvtrace report -
       gh issue view 28 --json title,body,comments | kvtrace report - --format github
       kvtrace report "$GITHUB_EVENT_PATH" --format github -o comment.md
+      kvtrace report server.log --png chart.png -o comment.md
     """
     from kvtrace.analyze.views.report import github_comment, html_report, markdown_report
 
+    _need_browser(png, svg)
     result = parse_or_fail(source, progress)
     # a session folder is named by the folder (its log is always raw.log); never by the full path
     name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
+    if png is not None or svg is not None:
+        from kvtrace.analyze.views.figures import picture_figure
+
+        _pictures(lambda: picture_figure(result, title=name), png, svg)
     if fmt == "github":
-        _write(github_comment(result), out)
+        _write(github_comment(result, picture=png.name if png is not None else None), out)
         return
     _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
 
@@ -68,8 +112,10 @@ def report_command(source: str, fmt: str, out: Path | None, progress: bool | Non
 @click.argument("before", metavar="A")
 @click.argument("after", metavar="B")
 @json_option
+@picture_options
 @progress_option
-def compare_command(before: str, after: str, as_json: bool, progress: bool | None) -> None:
+def compare_command(before: str, after: str, as_json: bool, png: Path | None, svg: Path | None,
+                    progress: bool | None) -> None:
     """Before/after: did B (say, a fix branch) make A's failure go away and bring the drafter back in step?
 
     Compares failures, position errors, signature, drafter in step with the target (per draft/verify
@@ -88,10 +134,17 @@ def compare_command(before: str, after: str, as_json: bool, progress: bool | Non
       kvtrace compare before.log after.log
       kvtrace compare sessions/…-stale-drafter sessions/…-none --json | jq .verdict
       kvtrace compare main.log fix.log && echo "the fix works"
+      kvtrace compare main.log fix.log --png before-after.png
     """
     from kvtrace.analyze.findings.compare import compare, format_comparison
 
+    _need_browser(png, svg)
     a, b = parse_or_fail(before, progress), parse_or_fail(after, progress)
+    if png is not None or svg is not None:
+        from kvtrace.analyze.views.figures import stacked_figure
+
+        names = (f"A: {Path(before).name or before}", f"B: {Path(after).name or after}")
+        _pictures(lambda: stacked_figure(a, b, names=names), png, svg)
     c = compare(a, b, (before, after))
     click.echo(json.dumps(c.to_dict(), indent=2) if as_json else format_comparison(c))
     raise SystemExit(c.exit_code)
