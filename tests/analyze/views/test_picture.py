@@ -178,3 +178,13 @@ def test_the_attach_line_names_only_a_safe_file_name() -> None:
     # the folders, the mention, the markup and the backticks are gone; what is left is the file's name
     assert "`teamimgsrcxchart.png`" in line and "@" not in line and "<" not in line
     assert line.count("`") == 2
+
+
+def test_the_readme_shows_the_picture_make_samples_draws() -> None:
+    from tools.samples import PICTURE, PICTURED
+
+    picture = ROOT / "samples" / PICTURED / PICTURE
+    assert f"](samples/{PICTURED}/{PICTURE})" in (ROOT / "README.md").read_text(encoding="utf-8")
+    with Image.open(picture) as img:
+        assert img.format == "PNG" and img.size == (PICTURE_WIDTH, PICTURE_HEIGHT)
+        assert _colour_share(img, COLOURS["error"]) > 0.0002  # the failing sample's X to Y marks
