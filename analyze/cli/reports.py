@@ -41,13 +41,16 @@ def _need_browser(png: Path | None, svg: Path | None) -> None:
         fail(INSTALL_HINT)
 
 
-def _pictures(make: Callable[[], Any], png: Path | None, svg: Path | None) -> None:  # Any: a figure (plotly)
+def _pictures(make: Callable[[], Any], png: Path | None, svg: Path | None,  # Any: a figure (plotly)
+              progress: bool | None) -> None:
     """Draw the figure once and write each picture asked for; one line on stderr per file, or exit 2."""
     from kvtrace.analyze.views.picture import BrowserMissing, PictureError, write_pictures
 
     wanted = [(path, fmt) for path, fmt in ((png, "png"), (svg, "svg")) if path is not None]
     if not wanted:
         return
+    if want_progress(progress):  # a browser's start takes seconds: say what the wait is
+        click.echo("kvtrace: drawing the picture in the browser ...", err=True)
     try:
         sizes = write_pictures(make(), wanted)
     except (BrowserMissing, PictureError) as exc:
@@ -101,7 +104,8 @@ def report_command(source: str, fmt: str, out: Path | None, png: Path | None, sv
     if png is not None or svg is not None:
         from kvtrace.analyze.views.figures import picture_figure
 
-        _pictures(lambda: picture_figure(result, title=name), png, svg)
+        # titled by the file's or the folder's name, never its path
+        _pictures(lambda: picture_figure(result, title=name or Path(source).name), png, svg, progress)
     if fmt == "github":
         _write(github_comment(result, picture=png.name if png is not None else None), out)
         return
@@ -144,7 +148,7 @@ def compare_command(before: str, after: str, as_json: bool, png: Path | None, sv
         from kvtrace.analyze.views.figures import stacked_figure
 
         names = (f"A: {Path(before).name or before}", f"B: {Path(after).name or after}")
-        _pictures(lambda: stacked_figure(a, b, names=names), png, svg)
+        _pictures(lambda: stacked_figure(a, b, names=names), png, svg, progress)
     c = compare(a, b, (before, after))
     click.echo(json.dumps(c.to_dict(), indent=2) if as_json else format_comparison(c))
     raise SystemExit(c.exit_code)

@@ -188,3 +188,11 @@ def test_the_readme_shows_the_picture_make_samples_draws() -> None:
     with Image.open(picture) as img:
         assert img.format == "PNG" and img.size == (PICTURE_WIDTH, PICTURE_HEIGHT)
         assert _colour_share(img, COLOURS["error"]) > 0.0002  # the failing sample's X to Y marks
+
+
+@needs_browser
+def test_a_picture_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    png = tmp_path / "no-such-folder" / "chart.png"
+    out = _kvtrace("report", str(STALE), "--png", str(png))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [f"kvtrace: {png}: cannot write: No such file or directory"]
