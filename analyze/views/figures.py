@@ -477,19 +477,25 @@ def _vline(fig: go.Figure, x: float, text: str, colour: str, row: int | None = N
                   row=row, col=1 if row else None)
 
 
+ONSET_NEAR_LINES = 5  # an onset this close to the first divergence is the same failure block: one mark, not two
+
+
 def _marks(fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis, shift: float = 0.0,
            row: int | None = None) -> None:
-    """The first divergence and the failure's onset (the first log line the matched signature cites)."""
+    """The first divergence and the failure's onset (the first log line the matched signature cites), one mark
+    when they are the same failure block."""
     div = first_divergence(result, seq_id, axis)
-    if div is not None and np.isfinite(div.x):
-        _vline(fig, div.x - shift, f"first divergence (line {div.line})", COLOURS["error"], row)
     sig = match_signature(result)
     lines = [line for line, _ in sig.match.evidence if line > 0]
-    if sig.signature.failure and lines and (div is None or min(lines) != div.line):
-        x = float(axis.of(np.array([min(lines)]))[0])
+    onset = min(lines) if sig.signature.failure and lines else None
+    near = onset is not None and div is not None and abs(onset - div.line) <= ONSET_NEAR_LINES
+    if div is not None and np.isfinite(div.x):
+        text = f"first divergence (line {div.line})" + (f": {sig.signature.name}" if near else "")
+        _vline(fig, div.x - shift, text, COLOURS["error"], row)
+    if onset is not None and not near:
+        x = float(axis.of(np.array([onset]))[0])
         if np.isfinite(x):
-            _vline(fig, x - shift, f"onset: {sig.signature.name} (line {min(lines)})", "#7b3fa0", row, "dot",
-                   "top right")
+            _vline(fig, x - shift, f"onset: {sig.signature.name} (line {onset})", "#7b3fa0", row, "dot", "top right")
 
 
 def _picture_layout(fig: go.Figure) -> None:

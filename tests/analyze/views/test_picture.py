@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -80,11 +79,18 @@ def test_the_picture_holds_target_drafter_and_each_error_from_x_to_y() -> None:
     assert drawn == sorted(zip(floats(err["last_pos"]).tolist(), floats(err["batch_start"]).tolist(), strict=True))
     # the stale drafter: X stays at 17 while Y climbs past it
     assert {x for x, _ in drawn} >= {17.0} and max(y for _, y in drawn) > 25
-    # the first divergence and the signature's onset are marked, by line number
+    # the first divergence is marked by its line, with the signature whose evidence starts in the same block
     texts = [a.get("text", "") for a in spec["layout"]["annotations"]]
-    assert any(re.fullmatch(r"first divergence \(line \d+\)", t) for t in texts), texts
-    assert any(t.startswith("onset: stale_drafter_kv (line ") for t in texts), texts
+    assert [t for t in texts if "divergence" in t or "onset" in t] == ["first divergence (line 1395): stale_drafter_kv"]
     assert spec["layout"]["title"]["text"] == "stale-drafter"
+
+
+def test_a_failure_without_positions_is_marked_at_its_onset() -> None:
+    """A report of a full KV cache has no X and Y to diverge by: the picture marks where the failure starts,
+    the first line the signature cites."""
+    result = analyze.parse(ROOT / "tests" / "fixtures" / "corpus" / "13_llamacpp-4185-docker-compose-kv-free-space.log")
+    texts = [a.get("text", "") for a in _spec(picture_figure(result))["layout"]["annotations"]]
+    assert [t for t in texts if "divergence" in t or "onset" in t] == ["onset: kv_cache_full (line 5)"]
 
 
 def test_a_healthy_run_has_no_error_and_no_onset_in_its_picture() -> None:
