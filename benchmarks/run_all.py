@@ -16,6 +16,7 @@ RUNS = [
     ["follow_cost.py"],
     ["live_under_load.py"],
     ["triage_jobs.py"],
+    ["proxy_cost.py"],
 ]
 
 

@@ -224,6 +224,40 @@ def endpoint(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple
     return host, port
 
 
+def listen_address(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """Where the server binds, as its command line says (a wildcard host stays one): where `--record` listens
+    in its place."""
+    host = str(triage_flags(argv, env).get("host") or "127.0.0.1")
+    return (host.strip("[]") or "127.0.0.1"), endpoint(argv, env)[1]
+
+
+def listening_at(argv: Sequence[str], host: str, port: int) -> list[str]:
+    """The command line with the server moved to host:port: each --host/--port value replaced (all spellings,
+    `--port=N` too), or the flags appended where it had none (they outrank LLAMA_ARG_HOST/PORT)."""
+    out = [argv[0]]
+    seen: set[str] = set()
+    values = {"host": host, "port": str(port)}
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        name_part, eq, _ = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        which = next((k for k in values if name_part in VALUE_FLAGS[k]), None)
+        if which is None:
+            out.append(tok)
+        elif eq:
+            out.append(f"{name_part}={values[which]}")
+            seen.add(which)
+        else:
+            out += [tok, values[which]]
+            seen.add(which)
+            i += 1
+        i += 1
+    for which in ("host", "port"):
+        if which not in seen:
+            out += [VALUE_FLAGS[which][0], values[which]]
+    return out
+
+
 def base_url(host: str, port: int) -> str:
     """The server's HTTP address (an IPv6 host in brackets)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

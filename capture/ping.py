@@ -123,10 +123,16 @@ def wait_healthy(
     cfg: PingConfig, alive: Callable[[], bool], stop: threading.Event
 ) -> tuple[bool, str | None]:
     """Poll /health until 200; False and why if the program died, time ran out, or stop was set."""
-    deadline = time.monotonic() + cfg.options.health_timeout_s
+    return wait_until_healthy(cfg.base_url + cfg.options.health_path, _headers(cfg), alive, stop,
+                              cfg.options.health_timeout_s)
+
+
+def wait_until_healthy(url: str, headers: dict[str, str], alive: Callable[[], bool], stop: threading.Event,
+                       timeout_s: float) -> tuple[bool, str | None]:
+    """Poll `url` until 200; False and why if the program died, time ran out, or stop was set."""
+    deadline = time.monotonic() + timeout_s
     last = "no answer"
-    url = cfg.base_url + cfg.options.health_path
-    with httpx.Client(trust_env=False, timeout=5.0, headers=_headers(cfg)) as client:
+    with httpx.Client(trust_env=False, timeout=5.0, headers=headers) as client:
         while True:
             if stop.is_set():
                 return False, "stopped before the server became healthy"
@@ -141,7 +147,7 @@ def wait_healthy(
             except httpx.HTTPError as exc:
                 last = type(exc).__name__
             if time.monotonic() >= deadline:
-                return False, f"no healthy answer from {url} within {cfg.options.health_timeout_s:g} s (last: {last})"
+                return False, f"no healthy answer from {url} within {timeout_s:g} s (last: {last})"
             stop.wait(0.25)
 
 
@@ -220,12 +226,14 @@ def write_requests(records: list[RequestRecord], path: Path) -> None:
 
 
 class Pinger(threading.Thread):
-    """Runs beside the capture; `done` is set when it has finished, whatever the outcome."""
+    """Runs beside the capture (a kvtrace.capture.runner.Driver); `done` is set when it has finished, whatever
+    the outcome."""
 
     def __init__(
         self, cfg: PingConfig, alive: Callable[[], bool], out_path: Path, say: Callable[[str], None]
     ) -> None:
-        super().__init__(name="kvtrace-ping", daemon=True)
+        # the thread's name is the driver's: the manifest's key and the stop reason's word ("ping done")
+        super().__init__(name="ping", daemon=True)
         self.cfg = cfg
         self.alive = alive
         self.out_path = out_path
@@ -233,6 +241,17 @@ class Pinger(threading.Thread):
         self.stop = threading.Event()
         self.done = threading.Event()
         self.result = PingResult()
+
+    @property
+    def healthy(self) -> bool:
+        return self.result.healthy
+
+    @property
+    def error(self) -> str | None:
+        return self.result.error
+
+    def summary(self) -> dict[str, Any]:
+        return self.result.summary()
 
     def run(self) -> None:
         try:

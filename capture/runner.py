@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from kvtrace.analyze.reader.session import (
     CHUNKS,
@@ -30,7 +30,6 @@ from kvtrace.analyze.reader.session import (
 )
 from kvtrace.capture.metrics import MetricsScraper, ScrapeSummary
 from kvtrace.capture.monitor import LiveParse, Terminal
-from kvtrace.capture.ping import Pinger
 from kvtrace.capture.process import Child, StopPlan, read_fd, signal_name, splice_fd
 from kvtrace.capture.sink import RawSink
 
@@ -40,12 +39,34 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+class Driver(Protocol):
+    """What sends requests beside a capture (--ping's Pinger, a replay's Replayer): a thread that waits for the
+    server, sends, and sets `done`; `stop` asks it to end early. `name` is its manifest key and the stop
+    reason's word ("ping done", "replay failed")."""
+
+    name: str
+    done: threading.Event
+    stop: threading.Event
+
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    def start(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class StopRules:
     timeout_s: float | None = None
     until_error: bool = False
     grace_s: float = 5.0
-    keep_running: bool = False  # after --ping, leave the server up until another rule stops it
+    keep_running: bool = False  # after --ping (or a replay), leave the server up until another rule stops it
     plan: StopPlan = field(default_factory=StopPlan)
     drain_s: float = 2.0  # after the program exits, how long its helpers may keep the pipe open
     parse_wait_s: float = 15.0  # at the end, how long the live parse may take to catch up (a loaded machine)
@@ -183,7 +204,7 @@ def _wait_for_stop(
     t0: float,
     child: Child | None,
     monitor: LiveParse | None,
-    pinger: Pinger | None,
+    driver: Driver | None,
 ) -> tuple[str, int, str | None]:
     """Block until a stop rule fires: (reason, exit code, error)."""
     child_exit_seen: float | None = None
@@ -205,11 +226,11 @@ def _wait_for_stop(
             and time.time() - monitor.first_error_at >= rules.grace_s
         ):
             return "until-error", EXIT_FAILED, None
-        if pinger is not None and pinger.done.is_set():
-            if pinger.result.error and not pinger.result.healthy:
-                return "ping failed", EXIT_FAILED, pinger.result.error
+        if driver is not None and driver.done.is_set():
+            if driver.error and not driver.healthy:
+                return f"{driver.name} failed", EXIT_FAILED, driver.error
             if not rules.keep_running:
-                return "ping done", (EXIT_FAILED if pinger.result.error else EXIT_OK), pinger.result.error
+                return f"{driver.name} done", (EXIT_FAILED if driver.error else EXIT_OK), driver.error
         if child is not None and eof.is_set():
             child.wait(0.05)  # the output has ended: the program exits next, notice it at once
         else:
@@ -232,7 +253,7 @@ def run_capture(
     terminal: Terminal,
     rules: StopRules,
     child: Child | None = None,
-    pinger: Pinger | None = None,
+    driver: Driver | None = None,
     live: bool = True,
     scraper: MetricsScraper | None = None,
 ) -> Outcome:
@@ -273,21 +294,21 @@ def run_capture(
                 monitor.start()
             except OSError as exc:
                 live_note, monitor = f"live parsing unavailable: {exc}", None
-        if pinger is not None:
-            pinger.start()
+        if driver is not None:
+            driver.start()
         if scraper is not None:
             scraper.start()
         # chunks.parquet is written with pandas when the capture ends: load it while the program runs, so
         # that the wrapper returns right after the program (the import took seconds after it before)
         threading.Thread(target=_preload_pandas, name="kvtrace-preload", daemon=True).start()
         try:
-            reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, pinger)
+            reason, exit_code, error = _wait_for_stop(rules, sigs, eof, t0, child, monitor, driver)
         finally:
             # while the program still runs: the counters as the run ends (also when the wait was interrupted)
             scraped: ScrapeSummary | None = scraper.finish() if scraper is not None else None
 
-        if pinger is not None:
-            pinger.stop.set()
+        if driver is not None:
+            driver.stop.set()
         returncode: int | None = None
         if child is not None:
             if child.running():
@@ -295,8 +316,8 @@ def run_capture(
             returncode = child.stop(rules.plan, firm=len(sigs.received) >= 2)
         stop_pump.set()
         pump_thread.join(rules.drain_s + 5)
-        if pinger is not None:
-            pinger.join(5)
+        if driver is not None:
+            driver.join(15)
 
         live_stats: dict[str, Any] | None = None
         live_complete = None
@@ -348,15 +369,15 @@ def run_capture(
                 "signal": signal_name(returncode),
                 "signals_sent": child.signals_sent,
             }
-        if pinger is not None:
-            final["ping"] = pinger.result.summary()
+        if driver is not None:
+            final[driver.name] = driver.summary()
         if scraped is not None:
             final[KEY_METRICS] = scraped.manifest()
         if error:
             final["error"] = error
         session.write_manifest(final)
         startup_lines = None
-        if child is not None and _exited_during_startup(child, returncode, sigs, pinger, live_stats, live_complete):
+        if child is not None and _exited_during_startup(child, returncode, sigs, driver, live_stats, live_complete):
             startup_lines = last_lines(session.raw_log, start_offset)
     return Outcome(
         reason=reason,
@@ -371,14 +392,14 @@ def run_capture(
     )
 
 
-def _exited_during_startup(child: Child, returncode: int | None, sigs: _Signals, pinger: Pinger | None,
+def _exited_during_startup(child: Child, returncode: int | None, sigs: _Signals, driver: Driver | None,
                            live_stats: dict[str, Any] | None, live_complete: bool | None) -> bool:
     """The program ended by itself, failing, before it served: before /health answered when pinged, else
     before the (complete) live parse saw a decode (a batch or a KV cache position)."""
     if returncode in (None, 0) or child.signals_sent or sigs.received:
         return False
-    if pinger is not None:
-        return not pinger.result.healthy
+    if driver is not None:
+        return not driver.healthy
     if live_stats is None or live_complete is not True:
         return False  # the live parse cannot tell
     return not live_stats["batches"] and live_stats["target_pos"] is None and live_stats["drafter_pos"] is None

@@ -13,16 +13,20 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtrace.analyze.reader.session import (
     KEY_COMMAND_LINE,
     KEY_PING_CONFIG,
     KEY_PROGRAM,
+    KEY_RECORD,
+    KEY_REPLAY,
     METRICS,
     RAW_LOG,
+    RECORDED,
     REQUESTS,
     Session,
+    free_port,
     is_session,
     new_session,
 )
@@ -35,7 +39,11 @@ from kvtrace.capture.metrics import MetricsScraper
 from kvtrace.capture.monitor import Terminal
 from kvtrace.capture.ping import PingConfig, Pinger, PingOptions
 from kvtrace.capture.process import Child, StopPlan, probe
-from kvtrace.capture.runner import EXIT_USAGE, Outcome, ProgramOutput, StopRules, run_capture
+from kvtrace.capture.runner import EXIT_USAGE, Driver, Outcome, ProgramOutput, StopRules, run_capture
+
+if TYPE_CHECKING:
+    from kvtrace.capture.proxy import RecordingProxy
+    from kvtrace.capture.replay import ReplaySpec
 
 _OFF = {"0", "off", "no", "false", ""}
 
@@ -56,6 +64,8 @@ class CaptureOptions:
     # Called with the session folder once it exists, before anything is captured (`--dashboard` opens it).
     on_session: Callable[[Path], None] | None = None
     server_url: str | None = None  # `attach --server`: the running server whose /metrics to scrape
+    # `kvtrace replay`: the requests sent to the server once it is healthy (the capture stops after them)
+    replay: ReplaySpec | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +76,8 @@ class RunOptions(CaptureOptions):
     extra_env: dict[str, str] = field(default_factory=dict)
     log_flags: bool = True
     metrics: bool = True  # add --metrics to a llama-server whose --help lists it, and scrape /metrics
+    # --record: kvtrace listens where the server would (the client's port), the server moves to a private port
+    record: bool = False
 
 
 @dataclass(slots=True)
@@ -189,11 +201,67 @@ def run_wrapped(
     """Wrap a program: `kvtrace capture run -- CMD ARGS...`."""
     terminal = terminal or default_terminal()
     say = terminal.message
+    if argv and (opts.record or opts.replay is not None) and not llama_args.is_llama_program(argv[0]):
+        what = "--record" if opts.record else "a replay"
+        raise UsageError(f"{what} needs a llama.cpp server (llama-server, a fork's build of it): it moves the "
+                         f"server to a port of its own with --host/--port")
     prep = prepare(argv, opts)
     flags = llama_args.triage_flags(prep.argv, prep.env) if prep.is_llama else {}
     host, port = llama_args.endpoint(prep.argv, prep.env)
+    listen = llama_args.listen_address(prep.argv, prep.env)
+    if opts.record or opts.replay is not None:
+        # the server moves to a private loopback port: the proxy takes its place, or only the replay talks to it
+        host, port = "127.0.0.1", free_port()
+        prep.argv = llama_args.listening_at(prep.argv, host, port)
+    if opts.record:
+        _check_port_free(listen)  # before a session folder exists: a port in use is bad input, nothing started
     label = Path(argv[0]).name
     session = _session(opts, kind, label)
+    proxy = _start_proxy(listen, llama_args.base_url(host, port), session, say) if opts.record else None
+    try:
+        return _run_program(argv, prep, flags, opts, session, terminal, kind, manifest_extra, proxy, (host, port),
+                            listen)
+    finally:
+        if proxy is not None:
+            stats = proxy.stop()
+            session.write_manifest({KEY_RECORD: stats.manifest() | {"file": RECORDED}})
+            say(f"kvtrace: recorded {stats.requests} request(s) ({stats.cancelled} cancelled by the client) in "
+                f"{session.path / RECORDED}")
+
+
+def _check_port_free(listen: tuple[str, int]) -> None:
+    import socket
+
+    family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe_socket:
+        probe_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the proxy binds it
+        try:
+            probe_socket.bind(listen)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {listen[0]}:{listen[1]} to record the client's requests: "
+                             f"{exc.strerror or exc}; stop what uses port {listen[1]}, or give the server another "
+                             "--port") from None
+
+
+def _start_proxy(listen: tuple[str, int], upstream: str, session: Session, say: Callable[[str], None],
+                 ) -> RecordingProxy:
+    from kvtrace.capture.proxy import ProxyError, RecordingProxy
+
+    proxy = RecordingProxy(listen[0], listen[1], upstream, session.path / RECORDED, say)
+    try:
+        proxy.start()
+    except ProxyError as exc:
+        raise UsageError(str(exc)) from exc
+    say(f"kvtrace: recording: your client talks to {proxy.stats.listen} as before; the server listens on "
+        f"{upstream} behind it")
+    return proxy
+
+
+def _run_program(argv: list[str], prep: Prepared, flags: dict[str, object], opts: RunOptions, session: Session,
+                 terminal: Terminal, kind: str, manifest_extra: dict[str, Any] | None, proxy: RecordingProxy | None,
+                 server: tuple[str, int], listen: tuple[str, int]) -> Outcome:
+    say = terminal.message
+    host, port = server
     redacted = llama_args.redact_argv(prep.argv)
     say(f"kvtrace: running: {llama_args.shell_join(redacted)}")
     if prep.added or prep.metrics_added:
@@ -227,9 +295,14 @@ def run_wrapped(
         "gpus": query_gpus(prep.env),
         "cwd": os.getcwd(),
     }
+    if proxy is not None:
+        manifest[KEY_RECORD] = proxy.stats.manifest() | {"file": RECORDED}
     ping_cfg = None
     if opts.ping.n > 0:
-        ping_cfg = PingConfig(opts.ping, host, port, llama_args.api_key(prep.argv, prep.env))
+        # through the proxy when recording: the pings are part of the traffic the server got
+        ping_host = "127.0.0.1" if listen[0] in ("0.0.0.0", "::") else listen[0]
+        ping_at = (ping_host, listen[1]) if proxy is not None else (host, port)
+        ping_cfg = PingConfig(opts.ping, *ping_at, llama_args.api_key(prep.argv, prep.env))
         manifest[KEY_PING_CONFIG] = ping_cfg.manifest()
     manifest.update(manifest_extra or {})
     session.write_manifest(manifest)
@@ -246,9 +319,12 @@ def run_wrapped(
     finally:
         os.close(out_fd)  # the program holds its own copies
     session.write_manifest({KEY_PROGRAM: {"pid": child.pid}})
-    pinger = None
-    if ping_cfg is not None:
-        pinger = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
+    driver: Driver | None = None
+    if opts.replay is not None:
+        driver = _replayer(opts.replay, llama_args.base_url(host, port), session, child.running, say,
+                           llama_args.api_key(prep.argv, prep.env))
+    elif ping_cfg is not None:
+        driver = Pinger(ping_cfg, child.running, session.path / REQUESTS, terminal.message)
     scraper = None
     if prep.metrics:
         scraper = MetricsScraper(llama_args.base_url(host, port), session.path / METRICS, terminal.message,
@@ -259,9 +335,19 @@ def run_wrapped(
         terminal=terminal,
         rules=_rules(opts, opts.keep_running),
         child=child,
-        pinger=pinger,
+        driver=driver,
         scraper=scraper,
     )
+
+
+def _replayer(spec: ReplaySpec, url: str, session: Session, alive: Callable[[], bool], say: Callable[[str], None],
+              api_key: str | None) -> Driver:
+    from kvtrace.capture.replay import Replayer
+
+    if api_key and not spec.options.api_key:
+        spec.options.api_key = api_key
+    session.write_manifest({KEY_REPLAY: {"source": spec.source, "url": url, "requests": len(spec.records)}})
+    return Replayer(spec, url, session.path / RECORDED, alive, say)
 
 
 def run_llama_swap(swap: SwapModel, opts: RunOptions, *, terminal: Terminal | None = None) -> Outcome:
@@ -308,4 +394,9 @@ def run_attach(source: AttachSource, opts: CaptureOptions, *, terminal: Terminal
     scraper = None
     if opts.server_url:
         scraper = MetricsScraper(opts.server_url, session.path / METRICS, terminal.message)
-    return run_capture(session, pump, terminal=terminal, rules=_rules(opts), scraper=scraper)
+    driver = None
+    if opts.replay is not None:
+        if not opts.server_url:
+            raise UsageError("a replay into an attached log needs the server's address (--server URL)")
+        driver = _replayer(opts.replay, opts.server_url, session, lambda: True, terminal.message, None)
+    return run_capture(session, pump, terminal=terminal, rules=_rules(opts), scraper=scraper, driver=driver)

@@ -27,6 +27,7 @@ COMMANDS = {
     "parse": "kvtrace.analyze.cli.read:parse_command",
     "query": "kvtrace.analyze.cli.query:query_command",
     "redact": "kvtrace.analyze.cli.redact:redact_command",
+    "replay": "kvtrace.analyze.cli.replay:replay_command",
     "report": "kvtrace.analyze.cli.reports:report_command",
     "triage": "kvtrace.analyze.cli.read:triage_command",
 }

@@ -12,7 +12,7 @@ import click
 
 from kvtrace.analyze.cli.engine import engine_cmd
 from kvtrace.analyze.cli.options import F, fail, json_flag, session_out_option
-from kvtrace.analyze.reader.session import KEY_REDACTED
+from kvtrace.analyze.reader.session import KEY_REDACTED, RECORDED
 
 if TYPE_CHECKING:
     from kvtrace.analyze.dashboard.launch import Dashboard
@@ -199,6 +199,19 @@ def redact_outcome(outcome: Outcome) -> None:
         click.echo(f"kvtrace: error: could not write the redacted log: {why}", err=True)
         return
     outcome.manifest = read_manifest(outcome.session)
+    if (outcome.session / RECORDED).is_file():
+        from kvtrace.analyze.cli.redact import shape_lines, write_session_shape
+        from kvtrace.capture.recording import RecordingError
+        from kvtrace.capture.shape import ShapeError
+
+        try:
+            shaped, shape_file = write_session_shape(outcome.session, None, None)
+        except (ShapeError, RecordingError, OSError) as exc:
+            click.echo(f"kvtrace: error: no shape of the requests written: {exc} (then: kvtrace redact "
+                       f"{outcome.session} --model ...)", err=True)
+            return
+        for line in shape_lines(shaped, shape_file):
+            click.echo(line, err=True)
 
 
 def run_options(f: F) -> F:
@@ -225,6 +238,9 @@ def run_options(f: F) -> F:
                      "is otherwise scraped once a second into SESSION/metrics.parquet)."),
         click.option("--stop-wait", "stop_wait_s", type=float, default=10.0, show_default=True,
                      help="Seconds to wait after SIGINT (then half that after SIGTERM) before SIGKILL."),
+        click.option("--record", is_flag=True, help="Record the client's requests into SESSION/requests.jsonl: "
+                     "kvtrace listens on the server's --host/--port (your client changes nothing) and the server "
+                     "moves to a private loopback port behind it; `kvtrace replay` sends them again."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -281,6 +297,7 @@ def run_cmd(cmd: tuple[str, ...], **kw: Any) -> None:
       kvtrace capture run -- llama-server -m model.gguf -md draft.gguf --spec-type draft-simple
       kvtrace capture run --ping 3 -- llama-server -m t.gguf -md d.gguf --spec-type draft-simple --port 8080
       kvtrace capture run --until-error --grace 10 --out ./repro -- ./build/bin/llama-server ...
+      kvtrace capture run --record --out ./before -- llama-server -m t.gguf --port 8080   # then: kvtrace replay
     """
     screen = CaptureScreen(kw)
 
@@ -356,9 +373,11 @@ def attach_source(path: Path | None, follow: bool, from_end: bool, use_stdin: bo
 @capture_group.command(name="llama-swap")
 @click.argument("config", type=click.Path(path_type=Path))
 @click.argument("model")
+@click.option("--port", "swap_port", type=click.IntRange(1, 65535), help="The port ${PORT} stands for: where your "
+              "client reaches the model (with --record, where kvtrace listens). Default: a free one.")
 @capture_options
 @run_options
-def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
+def llama_swap_cmd(config: Path, model: str, swap_port: int | None, **kw: Any) -> None:
     """Run MODEL's cmd from a llama-swap CONFIG under `capture run`.
 
     Expands ${PORT} (a free local port), ${MODEL_ID} and the config's macros, applies the model's env,
@@ -369,6 +388,7 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
     Examples:
       kvtrace capture llama-swap ~/llama-swap/config.yaml bee_qwen3.6-27b --ping 3
       kvtrace capture llama-swap config.yaml qwen-dflash --until-error --out ./repro
+      kvtrace capture llama-swap config.yaml qwen-dflash --record --port 5800 --out ./before
     """
     screen = CaptureScreen(kw)
 
@@ -379,7 +399,7 @@ def llama_swap_cmd(config: Path, model: str, **kw: Any) -> None:
 
         opts = _run_opts(kw)
         screen.live.attach(opts)
-        swap = resolve(config, model, port=free_port())
+        swap = resolve(config, model, port=swap_port or free_port())
         return run_llama_swap(swap, opts, terminal=terminal)
 
     screen.run(capture)

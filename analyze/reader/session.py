@@ -35,8 +35,11 @@ SCENARIO = "scenario.json"  # a scenario run: the scenario and how it went
 VERDICT = "verdict.json"  # `kvtrace parse` of a session: the verdict, beside the tables (table_file)
 SHAREABLE = "shareable.log"  # `kvtrace redact` / `--redact`: raw.log without the prompts and answers
 METRICS = "metrics.parquet"  # the server's /metrics, scraped during the capture (t, name, labels, value)
+RECORDED = "requests.jsonl"  # --record (and every replay): the client's requests, one JSON object a line
+SHAPE = "requests.shape.jsonl"  # `kvtrace redact`: the recorded requests with made-up text of the same shape
+REPRO = "repro.jsonl"  # `kvtrace replay --shrink`: the smallest sequence of recorded requests that still fails
 FILES = (RAW_LOG, MANIFEST, GROUND_TRUTH, REQUESTS, CHUNKS, CHUNKS_JOURNAL, SCENARIO, VERDICT, SHAREABLE,
-         METRICS)
+         METRICS, RECORDED, SHAPE, REPRO)
 JOURNAL_RECORD = struct.Struct("<dqq")  # arrival time (unix s), offset in raw.log, size
 
 # The manifest keys read by something other than the capture that wrote them (the reader, the live view,
@@ -53,6 +56,8 @@ KEY_LIVE = "live"  # the live parse: stats (with bytes_parsed), complete, failed
 KEY_PING_CONFIG = "ping_config"  # --ping's settings, its prompt among them
 KEY_REDACTED = "redacted"  # the redacted copy of the log (SHAREABLE): which file, what was removed
 KEY_METRICS = "metrics"  # the /metrics scraper: url, scrapes, note (why it ended early); absent when not scraped
+KEY_RECORD = "record"  # --record: where kvtrace listened, where the server moved, how many requests it recorded
+KEY_REPLAY = "replay"  # a replay: which recording it sent, how many requests were sent and answered
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -1,0 +1,81 @@
+"""Helpers for the record/replay tests: a recorded capture driven by the official `openai` client."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvtrace.capture.recording import RecordedRequest, read_records
+from tests.capture.capture_helpers import start_kvtrace
+
+
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def recorded_capture(out: Path, server_cmd: list[str], port: int, cwd: Path) -> Iterator[None]:
+    """`kvtrace capture run --record` around server_cmd (listening on `port`): the body drives it through the
+    proxy; Ctrl-C ends the capture as a user's would."""
+    proc = start_kvtrace("capture", "run", "--record", "--quiet", "--out", str(out), "--", *server_cmd, cwd=cwd)
+    try:
+        deadline = time.monotonic() + 240
+        while not healthy(port) and proc.poll() is None:  # each poll is recorded too: a user's client polls so
+            assert time.monotonic() < deadline, "the recorded server did not become healthy"
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err.decode()[-3000:]  # ended by Ctrl-C, as a user ends it
+
+
+def replay(*args: str, cwd: Path, timeout: float = 300) -> tuple[int, dict[str, Any] | None, str]:
+    """`kvtrace replay ARGS --json`: (exit code, the JSON it printed or None, stderr)."""
+    from tests.capture.capture_helpers import run_kvtrace
+
+    proc = run_kvtrace("replay", *args, cwd=cwd, timeout=timeout)
+    out = proc.stdout.decode().strip()
+    return proc.returncode, (json.loads(out.splitlines()[-1]) if out else None), proc.stderr.decode()
+
+
+def positions(records: list[RecordedRequest], key: Callable[[RecordedRequest], int]) -> dict[int, tuple[int, int]]:
+    """Each answered request's target positions from its response's `timings`: where its prompt ended (cached
+    and evaluated tokens) and where its answer ended."""
+    out = {}
+    for r in records:
+        t = r.timings or {}
+        if r.cancelled or "prompt_n" not in t:
+            continue
+        prompt = int(t["prompt_n"]) + int(t.get("cache_n", 0))
+        out[key(r)] = (prompt, prompt + int(t["predicted_n"]))
+    return out
+
+
+def recorded_positions(folder: Path, name: str = "requests.jsonl") -> dict[int, tuple[int, int]]:
+    return positions(read_records(folder / name), lambda r: r.id)
+
+
+def replayed_positions(folder: Path) -> dict[int, tuple[int, int]]:
+    def of(r: RecordedRequest) -> int:
+        assert r.replay_of is not None
+        return r.replay_of
+
+    return positions(read_records(folder / "requests.jsonl"), of)
+
+
+def run_quiet(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, timeout=120)
