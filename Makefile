@@ -76,7 +76,8 @@ core-smoke:
 		.venv-core313/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('streamlit') is not None or u.find_spec('plotly') is not None)" && \
 		.venv-core313/bin/kvtrace reply tests/fixtures/github/beellama-28.gh.json --bot b -o .venv-core313/comment.md | grep -q '"action": "post"' && \
 		(.venv-core313/bin/kvtrace dashboard 2>&1 | grep -q "kvtrace\[dashboard\]") && \
-		echo "core-smoke: the core reads and replies without streamlit or plotly, and kvtrace dashboard names its extra"; fi
+		(.venv-core313/bin/kvtrace report samples/stale-drafter --png .venv-core313/x.png 2>&1 | grep -q "kvtrace\[dashboard\]") && \
+		echo "core-smoke: the core reads and replies without streamlit or plotly; kvtrace dashboard and report --png name their extra"; fi
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -1,5 +1,6 @@
 """Regenerate samples/: small engine sessions (healthy, stale-drafter, no-rollback) for docs and tests, each
-a real DFlash drafter (llama.cpp's own graph) beside the tiny target.
+a real DFlash drafter (llama.cpp's own graph) beside the tiny target, and the README's picture of the
+stale-drafter sample's positions (drawn by the system's Chromium, as `kvtrace report --png` does).
 
 Run `python -m tools.samples` (or `make samples`). The models are generated into a temporary folder
 and loaded by relative name, so no path of the machine that made the samples ends up inside them
@@ -20,12 +21,18 @@ from typing import Any
 
 import click
 
+from kvtrace import analyze
 from kvtrace.analyze.reader.session import GROUND_TRUTH, KEY_HOST, MANIFEST, RAW_LOG, Session
+from kvtrace.analyze.views.figures import picture_figure
+from kvtrace.analyze.views.picture import write_pictures
 from kvtrace.capture.engine import EngineConfig, run_engine
 from kvtrace.capture.models import ModelPair, ModelParams, _write_upstream_drafter, generate_pair
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "samples"
 SEED = 0
+# the README's picture: `kvtrace report samples/stale-drafter --png` of the failing sample
+PICTURED = "stale-drafter"
+PICTURE = "positions.png"
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,7 +97,16 @@ def write_samples(out_dir: Path = DEFAULT_DIR) -> list[Path]:
                     f"{size / 1024:6.1f} KiB",
                     err=True,
                 )
+    picture = write_picture(out_dir / PICTURED)
+    click.echo(f"{PICTURED:14} {picture.name}, {picture.stat().st_size / 1024:6.1f} KiB", err=True)
     return written
+
+
+def write_picture(folder: Path) -> Path:
+    """The position chart of one sample as the PNG `kvtrace report --png` writes, titled by the sample's name."""
+    out = folder / PICTURE
+    write_pictures(picture_figure(analyze.parse(folder), title=folder.name), [(out, "png")])
+    return out
 
 
 @click.command()

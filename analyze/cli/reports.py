@@ -4,7 +4,9 @@ over the views (report, perfetto, triage) and the findings' compare."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -20,6 +22,52 @@ from kvtrace.analyze.cli.options import (
     want_progress,
     warn,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def picture_options(fn: F) -> F:
+    """`--png FILE` and `--svg FILE`: the position chart as a picture, beside whatever the command prints."""
+    fn = click.option("--svg", "svg", type=click.Path(dir_okay=False, path_type=Path),
+                      help="Also write the position chart here as SVG (vector).")(fn)
+    return click.option("--png", "png", type=click.Path(dir_okay=False, path_type=Path),
+                        help="Also write the position chart here as a PNG (1200x600, to attach to an issue). "
+                             "Drawn by the system's Chromium or Chrome (BROWSER_PATH names one).")(fn)
+
+
+def _need_browser(png: Path | None, svg: Path | None) -> None:
+    """Before a long read: a picture asked for with nothing to draw it (the core install leaves Plotly and
+    kaleido out, or no browser) fails at once, with what to install."""
+    import importlib.util
+
+    if png is None and svg is None:
+        return
+    lacking = [m for m in ("plotly", "kaleido") if importlib.util.find_spec(m) is None]
+    if lacking:
+        fail(f"a picture needs {' and '.join(lacking)}, which the core install leaves out: "
+             "pip install 'kvtrace[dashboard]'")
+    from kvtrace.analyze.views.picture import INSTALL_HINT, find_browser
+
+    if find_browser() is None:
+        fail(INSTALL_HINT)
+
+
+def _pictures(make: Callable[[], Any], png: Path | None, svg: Path | None,  # Any: a figure (plotly)
+              progress: bool | None) -> None:
+    """Draw the figure once and write each picture asked for; one line on stderr per file, or exit 2."""
+    from kvtrace.analyze.views.picture import BrowserMissing, PictureError, write_pictures
+
+    wanted = [(path, fmt) for path, fmt in ((png, "png"), (svg, "svg")) if path is not None]
+    if not wanted:
+        return
+    if want_progress(progress):  # a browser's start takes seconds: say what the wait is
+        click.echo("kvtrace: drawing the picture in the browser ...", err=True)
+    try:
+        sizes = write_pictures(make(), wanted)
+    except (BrowserMissing, PictureError) as exc:
+        fail(str(exc))
+    for (path, fmt), n in zip(wanted, sizes, strict=True):
+        click.echo(f"{path}: position chart, {fmt.upper()}, {n:,} bytes", err=True)
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -40,8 +88,10 @@ def _write(text: str, out: Path | None) -> None:
                    "65,536 characters).")
 @out_option("Write here instead of stdout.", folder=False)
 @links_options
+@picture_options
 @progress_option
 def report_command(source: str, fmt: str, out: Path | None, fetch_links: bool, github_url: str, api_url: str,
+                   png: Path | None, svg: Path | None,
                    progress: bool | None) -> None:
     """A triage report for one log or session: verdict and signature, evidence lines with their line
     numbers, positions around the first divergence, environment and next steps.
@@ -56,14 +106,21 @@ def report_command(source: str, fmt: str, out: Path | None, fetch_links: bool, g
       pbpaste | kvtrace report -
       gh issue view 28 --json title,body,comments | kvtrace report - --format github
       kvtrace report thread.json --format github --fetch-links -o comment.md
+      kvtrace report server.log --png chart.png -o comment.md
     """
     from kvtrace.analyze.views.report import github_comment, html_report, markdown_report
 
+    _need_browser(png, svg)
     result = parse_or_fail(source, progress, link_policy(fetch_links, github_url, api_url))
     # a session folder is named by the folder (its log is always raw.log); never by the full path
     name = "stdin" if source == "-" else (Path(source).resolve().name if Path(source).is_dir() else None)
+    if png is not None or svg is not None:
+        from kvtrace.analyze.views.figures import picture_figure
+
+        # titled by the file's or the folder's name, never its path
+        _pictures(lambda: picture_figure(result, title=name or Path(source).name), png, svg, progress)
     if fmt == "github":
-        _write(github_comment(result), out)
+        _write(github_comment(result, picture=png.name if png is not None else None), out)
         return
     _write(html_report(result, name=name) if fmt == "html" else markdown_report(result, name=name), out)
 
@@ -72,8 +129,10 @@ def report_command(source: str, fmt: str, out: Path | None, fetch_links: bool, g
 @click.argument("before", metavar="A")
 @click.argument("after", metavar="B")
 @json_option
+@picture_options
 @progress_option
-def compare_command(before: str, after: str, as_json: bool, progress: bool | None) -> None:
+def compare_command(before: str, after: str, as_json: bool, png: Path | None, svg: Path | None,
+                    progress: bool | None) -> None:
     """Before/after: did B (say, a fix branch) make A's failure go away and bring the drafter back in step?
 
     Compares failures, position errors, signature, drafter in step with the target (per draft/verify
@@ -92,10 +151,17 @@ def compare_command(before: str, after: str, as_json: bool, progress: bool | Non
       kvtrace compare before.log after.log
       kvtrace compare sessions/…-stale-drafter sessions/…-none --json | jq .verdict
       kvtrace compare main.log fix.log && echo "the fix works"
+      kvtrace compare main.log fix.log --png before-after.png
     """
     from kvtrace.analyze.findings.compare import compare, format_comparison
 
+    _need_browser(png, svg)
     a, b = parse_or_fail(before, progress), parse_or_fail(after, progress)
+    if png is not None or svg is not None:
+        from kvtrace.analyze.views.figures import stacked_figure
+
+        names = (f"A: {Path(before).name or before}", f"B: {Path(after).name or after}")
+        _pictures(lambda: stacked_figure(a, b, names=names), png, svg, progress)
     c = compare(a, b, (before, after))
     click.echo(json.dumps(c.to_dict(), indent=2) if as_json else format_comparison(c))
     raise SystemExit(c.exit_code)

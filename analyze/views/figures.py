@@ -20,9 +20,13 @@ from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.findings.positions import (
     XAxis,
     apart_stretches,
+    choose_axis,
+    first_divergence,
     floats,
+    opening_sequence,
     stored_positions,
 )
+from kvtrace.analyze.findings.signatures import match_signature
 from kvtrace.analyze.reader.definitions import reset_events
 from kvtrace.analyze.reader.records import detail_of
 from kvtrace.analyze.views.downsample import DEFAULT_MAX_POINTS, envelope, minmax_indices
@@ -484,4 +488,90 @@ def compare_figure(
     fig.update_yaxes(title_text="KV position", row=1, col=1)
     fig.update_layout(height=480, legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0},
                       margin={"l": 60, "r": 20, "t": 80, "b": 50})
+    return fig
+
+
+# A picture for an issue: sized for GitHub's comment column (shown about 900 px wide, twice that on a
+# high-density screen), with text large enough to read there.
+PICTURE_WIDTH, PICTURE_HEIGHT = 1200, 600
+
+
+def _vline(fig: go.Figure, x: float, text: str, colour: str, row: int | None = None, dash: str = "dash",
+           side: str = "top left") -> None:
+    """A marked moment: a vertical line across the plot with its label at the top, on `side` of it."""
+    fig.add_vline(x=x, line={"color": colour, "width": 1.5, "dash": dash}, annotation_text=html.escape(text),
+                  annotation_position=side, annotation_font={"color": colour, "size": 12},
+                  row=row, col=1 if row else None)
+
+
+ONSET_NEAR_LINES = 5  # an onset this close to the first divergence is the same failure block: one mark, not two
+
+
+def _marks(fig: go.Figure, result: ParseResult, seq_id: int | None, axis: XAxis, shift: float = 0.0,
+           row: int | None = None) -> None:
+    """The first divergence and the failure's onset (the first log line the matched signature cites), one mark
+    when they are the same failure block."""
+    div = first_divergence(result, seq_id, axis)
+    sig = match_signature(result)
+    lines = [line for line, _ in sig.match.evidence if line > 0]
+    onset = min(lines) if sig.signature.failure and lines else None
+    near = onset is not None and div is not None and abs(onset - div.line) <= ONSET_NEAR_LINES
+    if div is not None and np.isfinite(div.x):
+        text = f"first divergence (line {div.line})" + (f": {sig.signature.name}" if near else "")
+        _vline(fig, div.x - shift, text, COLOURS["error"], row)
+    if onset is not None and not near:
+        x = float(axis.of(np.array([onset]))[0])
+        if np.isfinite(x):
+            _vline(fig, x - shift, f"onset: {sig.signature.name} (line {onset})", "#7b3fa0", row, "dot", "top right")
+
+
+def _picture_layout(fig: go.Figure) -> None:
+    fig.update_layout(
+        width=PICTURE_WIDTH, height=PICTURE_HEIGHT, template="plotly_white", font={"size": 13},
+        paper_bgcolor="white", plot_bgcolor="white",
+    )
+
+
+def picture_figure(result: ParseResult, *, title: str | None = None) -> go.Figure:
+    """The position chart as a picture for an issue: the dashboard's chart of the opening sequence, with the
+    first divergence and the failure's onset marked, at PICTURE_WIDTH x PICTURE_HEIGHT."""
+    seq_id = opening_sequence(result)
+    axis = choose_axis(result)
+    fig = position_figure(result, seq_id=seq_id, axis=axis, title=title)
+    _marks(fig, result, seq_id, axis)
+    _picture_layout(fig)
+    fig.update_layout(margin={"l": 70, "r": 30, "t": 120 if title else 90, "b": 60},
+                      legend={"y": 1.04, "font": {"size": 12}})
+    if title:  # above the legend's two rows, not behind them
+        fig.update_layout(title={"y": 0.985, "yanchor": "top", "x": 0.01, "xanchor": "left"})
+    return fig
+
+
+def stacked_figure(a: ParseResult, b: ParseResult, *, names: tuple[str, str]) -> go.Figure:
+    """Two runs one above the other on one time axis (each from its own start), for a before/after picture."""
+    axes = [choose_axis(a), choose_axis(b)]
+    if axes[0].kind != axes[1].kind:  # seconds and line numbers cannot share an axis: both by line
+        axes = [XAxis("line", "log line"), XAxis("line", "log line")]
+    title = "seconds from the run's start" if axes[0].kind != "line" else "log line"
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=[html.escape(n) for n in names])
+    for row, (res, axis, suffix) in enumerate(zip((a, b), axes, (" (A)", " (B)"), strict=True), start=1):
+        seq_id = opening_sequence(res)
+        one = position_figure(res, seq_id=seq_id, axis=axis)
+        xs = [np.asarray(tr.x, float) for tr in one.data if tr.x is not None and len(tr.x)]
+        finite = [x[np.isfinite(x)] for x in xs]
+        shift = min((float(x.min()) for x in finite if x.size), default=0.0) if axis.kind != "line" else 0.0
+        for tr in one.data:
+            if tr.x is not None:
+                tr.x = np.asarray(tr.x, float) - shift
+            tr.name = f"{tr.name}{suffix}"
+            tr.legendgroup = f"{tr.legendgroup or tr.name}{suffix}"
+            fig.add_trace(tr, row=row, col=1)
+        _marks(fig, res, seq_id, axis, shift, row)
+        fig.update_yaxes(title_text="KV position", row=row, col=1)
+    fig.update_xaxes(title_text=title, row=2, col=1)
+    _picture_layout(fig)
+    fig.update_layout(height=2 * PICTURE_HEIGHT - 200, legend={"orientation": "h", "yanchor": "bottom",
+                                                                "y": 1.04, "x": 0, "font": {"size": 11}},
+                      margin={"l": 70, "r": 30, "t": 130, "b": 60})
     return fig

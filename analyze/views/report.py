@@ -737,10 +737,19 @@ def _evidence_blocks(result: ParseResult, sig: SignatureMatch) -> list[str]:
     return out
 
 
-def github_comment(result: ParseResult) -> str:
+def attach_line(picture: str) -> str:
+    """How to put a picture written by `--png` into the comment (GitHub's API uploads no images: a person
+    drags the file into the comment box). The file's name is reduced to a safe alphabet."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "", picture.replace("\\", "/").rsplit("/", 1)[-1])[:80] or "the picture"
+    return (f"**Picture:** the position chart is in `{name}`: drag the file into this comment's box to attach "
+            "it (GitHub's API cannot upload images).")
+
+
+def github_comment(result: ParseResult, picture: str | None = None) -> str:
     """The triage as a GitHub comment: the marker first, verdict, signature, X/Y, evidence, next steps, and
-    what the report is missing for this kind of failure with the capture line to rerun with. At most
-    GITHUB_LIMIT characters, whatever the size of the thread: every piece of it is bounded."""
+    what the report is missing for this kind of failure with the capture line to rerun with; with `picture`
+    (the file `--png` wrote), one line on how to attach it. At most GITHUB_LIMIT characters, whatever the size
+    of the thread: every piece of it is bounded."""
     v = result.verdict
     sig = match_signature(result)
     side = (v.component or "unknown") if len(result.errors) else "none"
@@ -774,6 +783,8 @@ def github_comment(result: ParseResult) -> str:
         out += ["**Next steps:**", "\n".join(f"- {step}" for step in steps)]
     out += missing_blocks(result, sig)
     out += linked_blocks(result)
+    if picture:
+        out.append(attach_line(picture))
     out.append("<sub>kvtrace edits this comment when the thread changes.</sub>")
     text = "\n\n".join(out) + "\n"
     if len(text) > GITHUB_LIMIT:  # cannot happen with the bounds above; a comment GitHub refuses helps no one
