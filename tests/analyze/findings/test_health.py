@@ -5,6 +5,8 @@ the labelled-healthy corpus name none; and a run with a finding is never called 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +30,30 @@ NAMED = {"silent-stale": "acceptance_collapse", "stops-drafting": "drafting_stop
 KEYS = ["finding", "seq_id", "slot", "onset_line", "onset_t", "evidence", "confidence"]
 
 
+# a run on several devices in a fresh interpreter: the RPC devices it registers with ggml outlive the run in this
+# process, and a later model load here (default parameters: every registered device) would abort on them
+_IN_A_FRESH_PROCESS = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from kvtrace.analyze.reader.session import new_session\n"
+    "from kvtrace.capture.engine import EngineConfig, run_engine\n"
+    "session = new_session('engine', out=Path(sys.argv[2]))\n"
+    "run_engine(EngineConfig(**json.loads(sys.argv[1])), session)\n"
+    "print(session.path)\n"
+)
+
+
 def _capture(tmp: Path, **kw: object) -> Path:
     from kvtrace.capture.engine import EngineConfig, run_engine
 
-    cfg = EngineConfig(**({"requests": 4, "cycles": 40} | kw))  # type: ignore[arg-type]
+    args = {"requests": 4, "cycles": 40} | kw
+    if int(args.get("devices", 1)) > 1:  # type: ignore[call-overload]
+        done = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, json.dumps(args), str(tmp)],
+                              capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+        return Path(done.stdout.decode().strip().splitlines()[-1])
     session = new_session("engine", out=tmp)
-    run_engine(cfg, session)
+    run_engine(EngineConfig(**args), session)  # type: ignore[arg-type]
     return session.path
 
 
