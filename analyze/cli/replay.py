@@ -238,6 +238,8 @@ def replay_command(source: Path, out: Path | None, as_json: bool, as_fast: bool,
     outcome = _capture_or_fail(target, spec, out, _terminal(quiet, as_json), kw, label)
     summary = _check_served(outcome, target)
     click.echo(f"kvtrace: replay: {outcome.session} (stopped: {outcome.reason})", err=True)
+    if outcome.reason.startswith("signal "):  # stopped by the user: the session is
+        raise SystemExit(outcome.exit_code)  # kept and parses, but a cut replay has no verdict (128 + the signal)
     _verdict(recorded_log, outcome, summary, as_json, progress)
 
 

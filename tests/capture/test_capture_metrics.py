@@ -125,7 +125,9 @@ def test_a_wrapped_server_gets_metrics_and_its_counters_match_the_log(tmp_path: 
     assert list(df.columns) == ["t", "name", "labels", "value"]
     drafts = df[df["name"] == "llamacpp:spec_decode_num_drafts_total"].sort_values("t")
     assert drafts["value"].is_monotonic_increasing and drafts["value"].iloc[-1] == 25
-    assert drafts["t"].diff().dropna().between(0.5, 3.0).all()  # about once a second
+    gaps = drafts["t"].diff().dropna()
+    # about once a second; the last scrape is the one as the run ends, which may fall just after a periodic one
+    assert gaps.iloc[:-1].between(0.5, 3.0).all() and gaps.iloc[-1] <= 3.0
     triage = run_kvtrace("triage", "--json", str(out), cwd=tmp_path)
     counters = json.loads(triage.stdout)["server_counters"]
     assert counters["drafts"] == {"log": 25, "server": 25}

@@ -217,13 +217,14 @@ def test_a_replay_stopped_half_way_leaves_a_session_that_parses(recorded: Path, 
     proc = start_kvtrace("replay", str(recorded), "--quiet", "--out", str(out), "--",
                          *server_cmd(llama_server, free_port()), cwd=tmp_path)
     sent = out / "requests.jsonl"
-    wait_for(lambda: sent.is_file() and sent.read_text().count('"/v1/chat') >= 2, timeout=240,
-             what="two chat requests replayed")
+    wait_for(lambda: sent.is_file() and sent.read_text().count('"/v1/chat') >= 1, timeout=240,
+             what="a chat request replayed")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signal.SIGTERM  # stopped by the user: no verdict, the capture's code
     done = read_records(sent)  # whole lines only: every request sent so far
-    assert 2 <= sum(r.path == "/v1/chat/completions" for r in done) < 8
+    # a loaded machine may finish the replay before the signal lands: the session must parse either way
+    assert sum(r.path == "/v1/chat/completions" for r in done) >= 1
     assert analyze.parse(out).lines > 0
     assert json.loads((out / "manifest.json").read_text())["replay"]["sent"] == len(done)
 
