@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
-from kvtrace.analyze.reader.records import detail_of, int_or_none, verify_steps
+from kvtrace.analyze.reader.records import NGRAM_DRAFT, detail_of, int_or_none, verify_steps
 from kvtrace.analyze.reader.spec import NONE, keeping
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
     ev = result.events
     # A new request (prompt, reset, a cleared cache) is not a draft/verify cycle: the target goes first.
     bounds = np.sort(ev.line[ev["kind"].isin(CYCLE_BOUNDARIES)].to_numpy(dtype=np.int64))
+    # a comma-combined type (`ngram-simple,draft-simple`): a step the n-gram implementation drafted is verified
+    # with the drafter idle, so it is no drafter cycle (the log does not say whose slot it drafted for: any slot's
+    # cycle with one in it is left unjudged)
+    ngram = np.sort(ev.line[ev["kind"] == NGRAM_DRAFT].to_numpy(dtype=np.int64))
     n = good = 0
     first_bad: int | None = None
     last: bool | None = None
@@ -134,7 +138,8 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
             # a target step that verifies no draft (the prompt, a token decoded alone) is a cycle only when the
             # drafter's attempt since the previous step was refused (its draft never reached the target)
             refused = _between(f_lines, prev_line, line) or _between(r_lines, prev_line, line)
-            if (verify or refused) and tried and prev_line >= 0 and not _between(bounds, prev_line, line):
+            if ((verify or refused) and tried and prev_line >= 0 and not _between(bounds, prev_line, line)
+                    and not _between(ngram, prev_line, line)):
                 n += 1
                 hit = int(stored) in drafter_stored
                 good += hit
