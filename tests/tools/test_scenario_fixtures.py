@@ -46,12 +46,15 @@ TABLE: dict[str, tuple[str, str, int, int, bool, int]] = {
     "draft-simple-defaults.log.gz":      ("draft-simple", "own", 4, 2048, True, 0),
     "ngram-mod-defaults.log.gz":         ("ngram-mod", "none", 4, 2048, True, 0),
     "ngram-simple-1slot.log.gz":         ("ngram-simple", "none", 1, 512, False, 0),
+    # no --spec-type: the type left to the server (DFlash detected from its drafter; none from a plain one)
+    "auto-dflash-drafter.log.gz":        ("auto", "mirror", 1, 512, False, 0),
+    "auto-plain-drafter.log.gz":         ("auto", "none", 1, 512, False, 0),
 }  # fmt: skip
 
 
 def test_every_speculative_type_has_a_fixture() -> None:
     kinds = {entry["spec_type"] for entry in INDEX.values()}
-    assert {"draft-simple", "draft-dflash", "draft-eagle3", "ngram-mod", "ngram-simple"} <= kinds
+    assert {"draft-simple", "draft-dflash", "draft-eagle3", "ngram-mod", "ngram-simple", "auto"} <= kinds
     assert sorted(p.name for p in FIXTURES.glob("*.log.gz")) == sorted(INDEX)
     for path in FIXTURES.glob("*.log.gz"):
         assert path.stat().st_size < 400_000, path.name
@@ -80,7 +83,15 @@ def test_the_table_is_what_each_server_said_at_start_up(name: str) -> None:
     """Read with plain patterns, not the reader: the server's own words for its type, slots, cache and devices."""
     spec_type, _, slots, n_ctx, unified, rpc = TABLE[name]
     text = gzip.decompress((FIXTURES / name).read_bytes()).decode("utf-8", "replace")
-    assert re.findall(r"adding speculative implementation '([\w-]+)'", text)[:1] == [spec_type]
+    chosen = BY_NAME[name.removesuffix(".log.gz")].expected_type  # what the server runs: for `auto`, what it detects
+    if spec_type == "auto":
+        detected = re.findall(r"auto-detected speculative type '([\w-]+)' from the draft model metadata", text)
+        assert detected == ([] if chosen == "none" else [chosen]), detected
+        assert INDEX[name]["detected"] == chosen
+    if chosen == "none":
+        assert "adding speculative implementation" not in text and "no implementations specified" in text
+    else:
+        assert re.findall(r"adding speculative implementation '([\w-]+)'", text)[:1] == [chosen]
     got = re.search(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = \d+, kv_unified = '(\w+)'", text)
     assert got is not None and (int(got[1]), got[2] == "true") == (slots, unified)
     assert re.findall(r"llama_context: n_ctx += (\d+)", text)[:1] == [str(n_ctx)]
@@ -94,7 +105,7 @@ def test_fixture_is_healthy_for_its_speculative_type(name: str) -> None:
     entry = INDEX[name]
     result = analyze.parse(FIXTURES / name)
     assert result.warnings == []  # a complete small gzip is not "cut short"
-    assert result.meta["spec_type"] == entry["spec_type"]
+    assert result.meta["spec_type"] == entry.get("detected", entry["spec_type"])
     assert result.meta["drafter_kv"] == entry["drafter_kv"]
     h = health(result)
     assert h.healthy, (name, h.problems())
