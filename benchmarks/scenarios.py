@@ -25,7 +25,6 @@ from kvtrace.analyze.reader.session import log_of  # noqa: E402
 from kvtrace.capture.llama_server import find_llama_server  # noqa: E402
 from tools.scenario_health import check_structure, health  # noqa: E402
 from tools.scenarios import (  # noqa: E402
-    AUTO,
     BY_NAME,
     DESYNC_SEARCH,
     PROMPT_TOO_LONG,
@@ -79,8 +78,8 @@ def main() -> int:
                 index = json.loads(index_path.read_text()) if index_path.exists() else {}
                 index[name] = {"spec_type": h.spec_type, "drafter_kv": h.drafter_kv, "about": sc.about,
                                "server_args": list(sc.args)}
-                if sc.spec_type == AUTO:  # left to the server: the index says so, and what the server chose
-                    index[name] |= {"spec_type": AUTO, "detected": h.spec_type}
+                if sc.spec_type != h.spec_type:  # left to the server (AUTO), or a list: as asked, and what ran
+                    index[name] |= {"spec_type": sc.spec_type, "detected": h.spec_type}
                 index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         elif sc.healthy:
             bad += 1

@@ -49,6 +49,8 @@ TABLE: dict[str, tuple[str, str, int, int, bool, int]] = {
     # no --spec-type: the type left to the server (DFlash detected from its drafter; none from a plain one)
     "auto-dflash-drafter.log.gz":        ("auto", "mirror", 1, 512, False, 0),
     "auto-plain-drafter.log.gz":         ("auto", "none", 1, 512, False, 0),
+    # two types, comma-combined: the n-gram one is asked first, the drafter where it finds nothing
+    "combined-ngram-simple-draft-simple.log.gz": ("ngram-simple,draft-simple", "own", 1, 2048, False, 0),
 }  # fmt: skip
 
 
@@ -90,6 +92,9 @@ def test_the_table_is_what_each_server_said_at_start_up(name: str) -> None:
         assert INDEX[name]["detected"] == chosen
     if chosen == "none":
         assert "adding speculative implementation" not in text and "no implementations specified" in text
+    elif "," in spec_type:  # each type of the list added, in the server's order of preference
+        assert re.findall(r"adding speculative implementation '([\w-]+)'", text) == spec_type.split(","), name
+        assert INDEX[name]["detected"] == chosen
     else:
         assert re.findall(r"adding speculative implementation '([\w-]+)'", text)[:1] == [chosen]
     got = re.search(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = \d+, kv_unified = '(\w+)'", text)
@@ -176,3 +181,20 @@ def test_spec_type_without_the_start_up_lines(name: str) -> None:
     cut = b"".join(line for line in lines if b"adding speculative implementation" not in line)
     result = analyze.parse(cut, name=name)
     assert result.meta["spec_type"] == INDEX[name]["spec_type"]
+
+
+def test_a_comma_combined_type_judges_the_drafter_on_its_own_steps() -> None:
+    """`--spec-type ngram-simple,draft-simple`, a real b11434 run: the steps the n-gram type drafted (its `called impl
+    ngram-simple` lines) leave the drafter idle, so they are no drafter cycles; judged on every step, this healthy
+    run read out of step."""
+    from kvtrace.analyze.findings.cycles import cycle_stats
+    from kvtrace.analyze.reader.records import NGRAM_DRAFT
+
+    name = "combined-ngram-simple-draft-simple.log.gz"
+    text = gzip.decompress((FIXTURES / name).read_bytes()).decode("utf-8", "replace")
+    result = analyze.parse(FIXTURES / name)
+    ngram = result.events[result.events["kind"] == NGRAM_DRAFT]
+    assert len(ngram) == text.count("called impl ngram-simple,") > 5
+    assert text.count("called impl draft-simple,") > 5
+    c = cycle_stats(result)
+    assert c.drafter_in_step is True and c.n_cycles > 5, c
