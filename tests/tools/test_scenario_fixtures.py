@@ -198,3 +198,17 @@ def test_a_comma_combined_type_judges_the_drafter_on_its_own_steps() -> None:
     assert text.count("called impl draft-simple,") > 5
     c = cycle_stats(result)
     assert c.drafter_in_step is True and c.n_cycles > 5, c
+
+
+def test_a_comma_combined_types_acceptance_is_every_types() -> None:
+    """The server prints its statistics per type; the run's mean accepted length and per-position rates are every
+    type's together, as its per-step lines (both types' steps) count them, not the last type printed."""
+    from kvtrace.analyze.findings.cycles import cycle_stats
+    from kvtrace.analyze.reader.records import verify_steps
+
+    result = analyze.parse(FIXTURES / "combined-ngram-simple-draft-simple.log.gz")
+    steps = verify_steps(result.events)["accepted"].fillna(0).astype(int)
+    c = cycle_stats(result)
+    assert c.mean_accepted_len == round(1 + steps.sum() / len(steps), 3)
+    shares = [round(float((steps >= k).sum()) / len(steps), 3) for k in range(1, steps.max() + 1)]
+    assert c.accepted_per_position == pytest.approx(shares, abs=0.0011), (c.accepted_per_position, shares)

@@ -267,6 +267,7 @@ def test_a_comma_combined_type(matrix: Matrix) -> None:
     drafts where it finds nothing. Both draft; each one's statistics add up to the server's counters; the steps the
     n-gram type drafted are named, and the drafter is held in step on its own steps only."""
     from kvtrace.analyze.findings.counters import server_counters
+    from kvtrace.analyze.findings.cycles import cycle_stats
     from kvtrace.analyze.reader.records import NGRAM_DRAFT
 
     run, result, h = matrix.get("combined-ngram-simple-draft-simple")
@@ -282,6 +283,8 @@ def test_a_comma_combined_type(matrix: Matrix) -> None:
     ngram_steps = int((result.events["kind"] == NGRAM_DRAFT).sum())
     assert ngram_steps == int(stats["ngram-simple"]["gen_drafts"])
     assert h.drafter_in_step is True and 0 < h.n_cycles <= int(stats["draft-simple"]["gen_drafts"]), h
+    # the run's mean accepted length is every type's, as the per-step lines count it, not the last type printed
+    assert cycle_stats(result).mean_accepted_len == round(1 + c.accepted_tokens["server"] / c.drafts["server"], 3)
 
 
 def test_the_type_left_to_the_server(matrix: Matrix) -> None:
