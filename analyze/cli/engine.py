@@ -21,6 +21,7 @@ from kvtrace.capture.engine.config import (
     require_llama_cpp,
 )
 from kvtrace.capture.engine.lines import FLAVORS
+from kvtrace.capture.engine.llama_log import LOG_FORMATS
 
 if TYPE_CHECKING:
     from kvtrace.capture.engine.records import EngineResult
@@ -77,6 +78,9 @@ def _engine_options(f: Any) -> Any:
                      help="A real drafter GGUF (a dflash model for draft-dflash)."),
         click.option("--log-prefix/--no-log-prefix", default=True, show_default=True,
                      help="The new-scheme `M.SS.mmm.uuu L ` prefix on each log entry."),
+        click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+                     help="raw.log as text, or as the JSON objects llama.cpp's --log-jsonl writes (one per log "
+                     "call; --no-log-prefix then writes `time` 0, as --log-timestamps off does)."),
         click.option("--kv-debug/--no-kv-debug", default=True, show_default=True,
                      help="LLAMA_KV_CACHE_DEBUG=1 (find_slot lines); off to measure attribution without it."),
         click.option("--flavor", type=click.Choice(FLAVORS), default="fork", show_default=True,
@@ -127,6 +131,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         target=kw["target"],
         drafter=kw["drafter"],
         log_prefix=kw["log_prefix"],
+        log_format=kw["log_format"],
         kv_debug=kw["kv_debug"],
         flavor=kw["flavor"],
         drafting=kw["drafting"],
@@ -229,6 +234,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
       kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
       kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2
+      kvtrace capture engine --fault stale-drafter --log-format jsonl
       kvtrace capture engine --devices 2 --tensor-split 1,1 --draft-device RPC1
       kvtrace capture engine --target t.gguf --drafter d.gguf -ngl 99 --tensor-split 1,1
     """
