@@ -278,7 +278,10 @@ def _dashboard_ready() -> bool:
 @click.option("--devices", type=click.IntRange(0, MAX_DEVICES), default=0, show_default=True,
               help="Run on N llama.cpp RPC devices on loopback: the target split by layer over all of them, the "
               "drafter on the last (the seed report's multi-GPU layout on one CPU).")
-def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None, devices: int) -> None:
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="raw.log as text, or as the JSON objects llama.cpp's --log-jsonl writes.")
+def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None, devices: int,
+                 log_format: str) -> None:
     """See the drafter-KV failure for real in a minute: no GPU, no download.
 
     Generates a tiny target and a tiny DFlash drafter, runs real llama.cpp speculative decoding
@@ -293,6 +296,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
       kvtrace demo
       kvtrace demo --no-dashboard
       kvtrace demo --devices 2
+      kvtrace demo --no-dashboard --log-format jsonl
       kvtrace demo --out ./demo-session --port 8600
     """
     from kvtrace.capture.models import ensure_upstream_drafter
@@ -310,7 +314,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
         raise SystemExit(2) from None
     click.echo(f"    {dflash.parent}", err=True)
     click.echo("2/3 capture: real llama.cpp and its DFlash graph, drafter left stale after a reset ...", err=True)
-    config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None))
+    config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None), log_format=log_format)
     if devices:  # a command's own process names its devices RPC0, RPC1, ... in the order they are registered
         config = replace(config, devices=devices, n_gpu_layers=-1, split_mode="layer", tensor_split=(1.0,) * devices,
                          draft_device=f"RPC{devices - 1}")

@@ -175,3 +175,16 @@ def test_cli_log_format(cache: Path, tmp_path: Path) -> None:
     bad = run_kvtrace("capture", "engine", "--log-format", "json", "--out", "s2", cwd=tmp_path, env=env)
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr and b"'json' is not one of" in bad.stderr
     assert not (tmp_path / "s2").exists()
+
+
+def test_demo_in_jsonl(cache: Path, tmp_path: Path) -> None:
+    """`kvtrace demo --log-format jsonl` captures the JSON log and triages it to the ground truth's first X/Y."""
+    env = {**os.environ, "KVTRACE_CACHE": str(cache)}
+    done = run_kvtrace("demo", "--no-dashboard", "--log-format", "jsonl", "--out", "demo", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    assert re.search(r"verdict: +inconsistent_positions \(drafter, decided by line \d+\)", out), out
+    gt = pd.read_parquet(tmp_path / "demo" / "ground_truth.parquet")
+    first = gt[gt.ret != 0].iloc[0]
+    assert f"X = {first.drafter_kv_max}   Y = {first.pos_min}" in out
+    assert all(o["type"] == "log" for o in _objects(tmp_path / "demo"))
