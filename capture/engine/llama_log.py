@@ -76,8 +76,8 @@ class LogWriter:
         if level == ERROR and not self.first_error and text.strip():
             self.first_error = " ".join(text.decode("utf-8", "replace").split())[:300]
         if self.jsonl:
-            # --log-jsonl: every call one object, its `time` set whenever timestamps are on (a `cont` piece's
-            # too: common_log stamps each entry); 0 with them off, as --log-timestamps off writes
+            # --log-jsonl: every call one object, its `time` set whenever timestamps are on, whatever the level
+            # (common_log stamps each entry: b11434's `none` objects carry it); 0 with them off
             elapsed_us = (time.perf_counter_ns() - self._t0) // 1000 if self.prefix else 0
             self._f.write(json_object(level, text, elapsed_us))
             self._newlines += 1

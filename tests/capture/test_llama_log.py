@@ -74,7 +74,7 @@ def test_json_objects_escape_as_the_real_server_does() -> None:
     """Each real b11434 line is rebuilt byte for byte from the text llama.cpp logged: the bytes its text log would
     hold (the byte token 199 is the lone byte 0xC3 there, which the server wrote as U+FFFD)."""
     lines = REAL_JSONL.read_bytes().splitlines(keepends=True)
-    assert len(lines) == 6
+    assert len(lines) == 7 and json.loads(lines[-1])["level"] == "none"
     for line in lines:
         obj = json.loads(line)
         assert list(obj) == ["type", "time", "level", "msg"]
