@@ -81,6 +81,11 @@ def _same(a: pd.DataFrame, b: pd.DataFrame, drop: tuple[str, ...] = ("line", "t"
     pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
 
 
+def _texts(lines: str) -> list[str]:
+    """An error's lines (the `lines` column) without the text log's prefixes."""
+    return [PREFIX.sub("", t) for _, t in json.loads(lines)]
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_one_run_in_both_formats(runs: dict, case: tuple) -> None:
     """The two captures are the same run: the same decodes with the same positions and outcomes."""
@@ -125,7 +130,8 @@ def test_stale_drafter_reads_the_same_in_jsonl(runs: dict, case: tuple) -> None:
                 "n_batches", "n_resets", "acceptance", "confidence", "proof"):
         assert getattr(vj, key) == getattr(vt, key), key
     assert vt.n_position_errors == len(text.errors) > 0
-    _same(text.errors, jsonl.errors, drop=("line", "t", "evidence_line", "lines", "evidence"))
+    _same(text.errors, jsonl.errors, drop=("line", "t", "evidence_line", "lines"))
+    assert [_texts(x) for x in jsonl.errors["lines"]] == [_texts(x) for x in text.errors["lines"]]
     # the evidence: the same lines (less the text prefix), each on the JSON line of the object that holds it
     assert [PREFIX.sub("", e["text"]) for e in vj.evidence] == [PREFIX.sub("", e["text"]) for e in vt.evidence]
     raw = (runs[case][1] / "raw.log").read_bytes().splitlines()
