@@ -53,6 +53,10 @@ class RecordedRequest:
     events: int = 0  # server-sent events passed on to the client
     cancelled: bool = False  # the client went away before the answer ended
     cancelled_at: float | None = None
+    # where in the chunk stream the client went away: seconds after the last event passed on to it (None before
+    # the first); with `events`, where a replay cuts, since a proxy cannot see which events the client read from
+    # its own buffers
+    cancel_gap: float | None = None
     status: int | None = None  # the server's HTTP status; None when it never answered
     reached_server: bool = True  # False: the server was not listening yet (kvtrace answered 503 itself)
     timings: dict[str, Any] | None = None  # the response's own `timings` (llama-server)
@@ -292,7 +296,8 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "id": ((int,), True), "method": ((str,), True), "path": ((str,), True), "headers": ((dict,), True),
     "start": (_NUMBER, True), "end": (_NUMBER, False), "first_token": (_NUMBER, False),
     "in_flight": ((int,), False), "stream": ((bool,), False), "events": ((int,), False),
-    "cancelled": ((bool,), False), "cancelled_at": (_NUMBER, False), "status": ((int,), False),
+    "cancelled": ((bool,), False), "cancelled_at": (_NUMBER, False), "cancel_gap": (_NUMBER, False),
+    "status": ((int,), False),
     "reached_server": ((bool,), False), "timings": ((dict,), False), "answer": ((dict,), False),
     "error": ((str,), False), "body_b64": ((str,), False), "replay_of": ((int,), False), "shape": ((dict,), False),
 }
