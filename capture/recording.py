@@ -144,6 +144,13 @@ def _finish_reason(obj: dict[str, Any]) -> str | None:
     return stop_type if isinstance(stop_type, str) and obj.get("stop") else None
 
 
+def _data_of(event: bytes) -> bytes:
+    """A server-sent event's data: its `data:` lines joined (llama-server sends one, `data: ` and the JSON)."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:].strip()
+    return b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+
+
 class AnswerReader:
     """Reads an answer as it passes, without holding it up: the server-sent events of a stream (split at blank
     lines, counted), or the whole JSON body. Keeps the digest of the generated text, the finish reason, the
@@ -194,7 +201,7 @@ class AnswerReader:
         return -1, 0
 
     def _event(self, event: bytes) -> None:
-        data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+        data = _data_of(event)
         if data == b"[DONE]":
             self.done = True
         if not data or data == b"[DONE]":
@@ -225,8 +232,22 @@ class AnswerReader:
 
     def _drain(self) -> None:
         pending, self._pending = self._pending, []
-        for event in pending:
-            self._event(event)
+        if not pending:
+            return
+        # one JSON decode for the whole answer: per event, decoding cost more than passing it on did
+        datas = [_data_of(event) for event in pending]
+        if datas[-1] == b"[DONE]":
+            self.done = True
+            datas.pop()
+        try:
+            objs = json.loads(b"[" + b",".join(d for d in datas if d) + b"]")
+        except ValueError:  # an event that is not JSON (or a second [DONE]): one at a time, as they came
+            for event in pending:
+                self._event(event)
+            return
+        for obj in objs:
+            if isinstance(obj, dict):
+                self._object(obj)
 
     def close(self) -> None:
         """The answer has ended: the events kept for later, or a body that is no stream, are read now."""
