@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from kvtrace.analyze.reader.session import RECORDED, free_port
+from kvtrace.analyze.reader.session import KEY_RECORD, MANIFEST, RAW_LOG, RECORDED, free_port
 from kvtrace.capture.llama_server import find_llama_server
 from kvtrace.capture.models import ModelParams, ensure_models
 from kvtrace.capture.recording import read_records
@@ -79,7 +79,7 @@ def wait_for_server(proxied: str, manifest: Path, proc: subprocess.Popen[bytes],
         if proc.poll() is not None:
             raise SystemExit(f"the capture ended at start-up: {proc.communicate()[1].decode()[-2000:]}")
         try:
-            server = json.loads(manifest.read_text()).get("record", {}).get("server")
+            server = json.loads(manifest.read_text()).get(KEY_RECORD, {}).get("server")
             if server and httpx.get(proxied + "/health", timeout=2).status_code == 200:
                 return str(server)
         except (OSError, ValueError, httpx.HTTPError):
@@ -118,7 +118,7 @@ def main() -> int:
         proc = subprocess.Popen([str(kvtrace), "capture", "run", "--record", "--quiet", "--out", str(session), "--",
                                  *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         try:
-            direct = wait_for_server(proxied, session / "manifest.json", proc)
+            direct = wait_for_server(proxied, session / MANIFEST, proc)
             runs: list[tuple[Run, Run]] = []  # (direct, proxy) per pair
             # the capture process's CPU while each way ran: reading the log both ways, and the proxy's work too
             cpu = {"direct": 0.0, "proxy": 0.0}
@@ -146,7 +146,7 @@ def main() -> int:
                 proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
         recorded = read_records(session / RECORDED)
-        log_mb = (session / "raw.log").stat().st_size / 1e6
+        log_mb = (session / RAW_LOG).stat().st_size / 1e6
     kept = [p.rate / d.rate for d, p in runs]
     kept_streaming = [p.streaming_rate / d.streaming_rate for d, p in runs]
     first = statistics.median(p.first - d.first for d, p in runs)
