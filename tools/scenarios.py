@@ -87,6 +87,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="upstream DFlash, two slots"),
     Scenario("draft-eagle3-1slot", "draft-eagle3", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
              about="upstream EAGLE3"),
+    # b11434 tags every slot's `[embd]` drafter batches as sequence 0: the reader takes the drafter's sequence
+    # from the slot that drafted
+    Scenario("draft-eagle3-2slots", "draft-eagle3", ("-c", "1024", "-np", "2"), requests=4, concurrency=2,
+             about="upstream EAGLE3, two slots"),
+    Scenario("draft-eagle3-3slots", "draft-eagle3", ("-c", "1536", "-np", "3"), requests=6, concurrency=3,
+             about="upstream EAGLE3, three slots"),
     Scenario("ngram-mod-2slots", "ngram-mod", ("-c", "1024", "-np", "2"), requests=6, concurrency=2,
              about="n-gram self-speculation, no drafter model"),
     Scenario("ngram-simple-1slot", "ngram-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,

@@ -216,3 +216,26 @@ def test_a_synthetic_acceptance_run_is_marked_synthetic(matrix: Matrix) -> None:
     assert "synthetic acceptance" in markdown_report(result)
     _, plain, _ = matrix.get("draft-simple-1slot")
     assert plain.verdict.acceptance["synthetic"] is False
+
+
+# several slots on an upstream drafter type: each slot's drafter mirrors its own target
+MULTI_SLOT_MIRROR = [s.name for s in SCENARIOS if s.spec_type in ("draft-eagle3", "draft-dflash") and s.concurrency > 1
+                     and not s.rpc_devices and not s.defaults]
+
+
+@pytest.mark.parametrize("name", MULTI_SLOT_MIRROR)
+def test_every_slots_drafter_stays_in_the_band(matrix: Matrix, name: str) -> None:
+    """"Drafter - target" per slot, as the chart draws it: never outside the tolerance band on a healthy run, not
+    even for one observation. b11434 tags every slot's EAGLE3 embedding batch as sequence 0, which put slot 0's
+    drafter ahead by the other slots' rows about once per verify step, until the reader took the batch's sequences
+    from the target batch it carries."""
+    from kvtrace.analyze.findings.positions import apart, choose_axis, default_tolerance, sequences
+
+    _, result, _ = matrix.get(name)
+    axis, tol = choose_axis(result), default_tolerance(result)
+    seqs = sequences(result)
+    assert len(seqs) >= BY_NAME[name].concurrency, seqs
+    for seq in seqs:
+        d = apart(result, seq, axis)
+        outside = d[d["delta"].abs() > tol]
+        assert len(d) > 20 and outside.empty, (name, seq, tol, outside.head().to_dict("records"))
