@@ -32,6 +32,7 @@ import pandas as pd
 
 from kvtrace.analyze.reader.records import verify_steps
 from kvtrace.analyze.reader.session import KEY_METRICS, METRICS, folder_of, load_chunks, log_of, read_manifest
+from kvtrace.analyze.reader.verdict import per_request_counts
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
@@ -112,9 +113,14 @@ def _log_rows(result: ParseResult) -> tuple[pd.DataFrame, str | None, list[str]]
     traced = verify_steps(ev)
     if len(traced) and traced["pos"].isna().all():  # LLAMA_TRACE's lines: every step
         return traced, PER_STEP, []
-    per_request = ev[(ev["kind"] == "draft_stats") & (ev["pattern"] == "draft_acceptance")]
+    per_request, from_steps = per_request_counts(ev)
     if len(per_request):
-        return per_request, PER_REQUEST, [NO_STEPS]
+        notes = [NO_STEPS]
+        if from_steps:
+            notes.append(f"{from_steps} request{'s' if from_steps > 1 else ''} printed no per-request line (a "
+                         f"cancelled request prints none) and {'are' if from_steps > 1 else 'is'} counted from "
+                         "the per-step lines")
+        return per_request, PER_REQUEST, notes
     if len(steps):
         return steps.iloc[0:0], None, [NO_STEPS + "; the log has no per-request lines either"]
     return steps, None, ["the log has no acceptance lines"]

@@ -4,6 +4,7 @@ for its speculative type, with attribution checked against the log's own structu
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -163,8 +164,24 @@ def test_the_logs_draft_counts_equal_the_servers_counters_and_the_responses(matr
     assert c.log_source == PER_STEP and c.window == "whole run", c
     assert c.agree is True, (name, c)
     assert c.drafts["log"] and c.drafts["log"] > 5
-    assert all(r.draft_n is not None for r in answered), run.requests
+    finished = [r for r in answered if not r.cancelled]
+    assert all(r.draft_n is not None for r in finished), run.requests
+    cancelled = [r for r in answered if r.cancelled]
+    if cancelled:
+        # a closed stream gets no final timings and the server prints no per-request line for it (`stop: cancel
+        # task`): its drafts are the log's steps of the requests that printed none
+        from kvtrace.analyze.reader.verdict import per_request_counts
+
+        rows, from_steps = per_request_counts(result.events)
+        assert 1 <= from_steps <= len(cancelled), (from_steps, run.requests)
+        steps = rows[rows["kind"] == "accepted"]
+        drafted += int(steps["generated"].sum())
+        accepted += int(steps["accepted"].sum())
     assert (drafted, accepted) == (c.draft_tokens["server"], c.accepted_tokens["server"]), (name, c, run.requests)
+    # the verdict's acceptance (triage --json's `acceptance`, the summary) is the same count
+    acc = result.verdict.acceptance
+    assert (acc["generated"], acc["accepted"]) == (c.draft_tokens["server"], c.accepted_tokens["server"]), (acc, c)
+    assert f"{acc['accepted']} of {acc['generated']} drafted tokens" in result.verdict.summary, result.verdict.summary
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not _drafts_nothing(n)])
@@ -239,3 +256,34 @@ def test_every_slots_drafter_stays_in_the_band(matrix: Matrix, name: str) -> Non
         d = apart(result, seq, axis)
         outside = d[d["delta"].abs() > tol]
         assert len(d) > 20 and outside.empty, (name, seq, tol, outside.head().to_dict("records"))
+
+
+def test_cancelled_requests_without_llama_trace_are_counted_from_their_steps(llama_server: Path,
+                                                                            tmp_path: Path) -> None:
+    """The cancel scenario as most users run it, without LLAMA_TRACE: the log's counts are the per-request lines,
+    and a closed stream prints none (`stop: cancel task`) though /metrics counts its drafts. Its -v steps count
+    it, so `triage --json` says the counters agree, names why, and its acceptance and summary are the counters'."""
+    import json
+    from dataclasses import replace
+
+    from kvtrace.analyze.findings.counters import PER_REQUEST
+    from tests.capture.capture_helpers import run_kvtrace
+
+    sc = replace(BY_NAME["draft-simple-cancel"], name="draft-simple-cancel-untraced", trace=False)
+    run = run_scenario(sc, tmp_path / "s", llama_server, limit=150)
+    assert run.ok and sum(r.cancelled for r in run.requests) == 2, run.reason
+    raw = (run.session / "raw.log").read_text(encoding="utf-8", errors="replace")
+    assert "stop: cancel task" in raw
+    # untraced: only -v's step wording (`..., new n_tokens = P`), never LLAMA_TRACE's bare `accepted  A/ N draft tokens`
+    assert ", new n_tokens = " in raw and re.search(r"accepted +\d+/ *\d+ draft tokens\n", raw) is None
+    proc = run_kvtrace("triage", "--json", str(run.session), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    c = out["server_counters"]
+    assert c["log_source"] == PER_REQUEST and c["agree"] is True, c
+    assert any("cancelled request" in n for n in c["notes"]), c["notes"]
+    acc = out["acceptance"]
+    assert (acc["generated"], acc["accepted"]) == (c["draft_tokens"]["server"], c["accepted_tokens"]["server"])
+    assert f"{acc['accepted']} of {acc['generated']} drafted tokens" in out["summary"], out["summary"]
+    finished = sum(r.draft_n or 0 for r in run.requests if not r.cancelled)
+    assert 0 < finished < acc["generated"]  # the finished responses alone are the smaller number it used to give
