@@ -287,3 +287,38 @@ def test_cancelled_requests_without_llama_trace_are_counted_from_their_steps(lla
     assert f"{acc['accepted']} of {acc['generated']} drafted tokens" in out["summary"], out["summary"]
     finished = sum(r.draft_n or 0 for r in run.requests if not r.cancelled)
     assert 0 < finished < acc["generated"]  # the finished responses alone are the smaller number it used to give
+
+
+# llama.cpp's own prefix: minutes.seconds.milliseconds.microseconds since its logger started
+_STAMP = re.compile(rb"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ")
+
+
+@pytest.mark.parametrize("name", ["draft-simple-2slots-long", "draft-eagle3-3slots"])
+def test_request_seconds_come_from_the_logs_own_clock(matrix: Matrix, name: str) -> None:
+    """"Slowest requests" and each slot's mean seconds: a request's first line to its last on the log's own
+    timestamps, read here from the raw text. The capture's clock is when the lines arrived, in bursts: on these
+    fast tiny runs a whole request arrives in one, and every request read 0 s."""
+    from kvtrace.analyze.findings.acceptance import acceptance
+
+    run, result, _ = matrix.get(name)
+    acc = acceptance(result, run.session)
+    assert acc.clock == "capture"  # the views' clock is the capture's: the case that read 0 s
+    lines = (run.session / "raw.log").read_bytes().split(b"\n")
+
+    def stamp(line_no: int) -> float:
+        m = _STAMP.match(lines[line_no - 1])
+        assert m is not None, lines[line_no - 1][:80]
+        return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6
+
+    ev = result.events
+    keyed = ev[ev["slot"].notna() & ev["task"].notna() & (ev["task"] >= 0)]
+    req = acc.requests
+    assert len(req) >= len(run.requests), (len(req), len(run.requests))
+    for row in req.itertuples():
+        mine = keyed[(keyed["slot"] == row.slot) & (keyed["task"] == row.task)]["line"]
+        want = stamp(int(mine.max())) - stamp(int(mine.min()))
+        assert want > 0 and abs(row.seconds - want) < 1e-6, (row, want)
+    slowest = acc.slowest()
+    assert slowest["seconds"].iloc[0] == req["seconds"].max() > 0
+    means = req.groupby("slot")["seconds"].mean()
+    assert (acc.slots.set_index("slot")["seconds"] - means).abs().max() < 1e-9 and (means > 0).all()
