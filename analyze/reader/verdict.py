@@ -16,7 +16,8 @@ from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, st
 from kvtrace.analyze.reader.normalize import message
 from kvtrace.analyze.reader.records import (
     PROSE_ACCEPTANCE,
-    SUMMED_STATS,
+    RUNNING_TOTALS,
+    WORDINGS,
     Meta,
     detail_of,
     int_or_none,
@@ -154,6 +155,21 @@ def running_totals(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.drop(index=ids.index[earlier])
 
 
+def one_wording(stats: pd.DataFrame) -> pd.DataFrame:
+    """The draft statistics to sum where no per-request line counts: the first of WORDINGS the log has, never two
+    added together (the same drafts told twice: 23 + 23 from a stream's timings and the `statistics` line). Running
+    totals count by their last line (per implementation), a streamed response by its last chunk."""
+    for wording in WORDINGS:
+        rows = stats[stats.pattern.isin(wording)]
+        if rows.empty:
+            continue
+        if wording == (RUNNING_TOTALS,):
+            impl = pd.Series([detail_of(d).get("impl") for d in rows["detail"]], index=rows.index).fillna("")
+            return rows[~impl.duplicated(keep="last")]
+        return running_totals(rows)
+    return stats.iloc[0:0]
+
+
 def per_request_counts(events: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The rows that count each request's drafts once: its per-request `draft acceptance` line where it printed one,
     else its verify steps. A request cancelled mid-stream (`stop: cancel task`) prints no per-request line, yet the
@@ -180,11 +196,13 @@ def acceptance(events: pd.DataFrame, meta: Meta | None = None) -> AcceptanceSumm
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
     steps = verify_steps(events)
-    # per request if the log has them (a request that printed none counted from its steps), else the run's totals
-    # in any wording, else the per-step lines
+    # per request if the log has them (a request that printed none counted from its steps), else LLAMA_TRACE's
+    # per-step lines (every step), else the run's totals in one wording, else -v's per-step lines
     rows, _ = per_request_counts(events)
+    if rows.empty and len(steps) and steps["pos"].isna().all():
+        rows = steps
     if rows.empty:
-        rows = running_totals(stats[stats.pattern.isin(SUMMED_STATS)])
+        rows = one_wording(stats)
     if rows.empty:
         rows = steps
     if rows.empty:
