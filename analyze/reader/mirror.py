@@ -14,55 +14,44 @@ import numpy as np
 import pandas as pd
 
 
-def _mirrors(emb: pd.Series, prev_rows: pd.DataFrame) -> bool:
-    """Whether one embedding batch's row (`emb`) is the server's mis-tagged copy of the target batch `prev_rows`:
-    the same size, every row an output, one sequence numbered on through all the rows, and that sequence is not
-    the target batch's only one (a copy of one slot's rows tagged with its own sequence needs nothing)."""
-    n = emb["n_tokens"]
-    if pd.isna(n) or pd.isna(emb["pos_min"]) or pd.isna(emb["pos_max"]) or pd.isna(emb["n_outputs"]):
-        return False
-    if (prev_rows["n_tokens"] != n).any() or emb["n_outputs"] != n or emb["pos_max"] - emb["pos_min"] + 1 != n:
-        return False
-    seqs = set(prev_rows["seq_id"].dropna().astype(int))
-    return bool(seqs) and seqs != {int(emb["seq_id"])}
-
-
 def mirrored_sequences(batches: pd.DataFrame) -> pd.DataFrame:
     """The batches table with each mis-tagged embedding batch (see the module's docstring) given the sequences and
-    positions of the target batch it carries: one row per sequence of that batch, as the target's own rows are."""
-    if batches.empty:
+    positions of the target batch it carries: one row per sequence of that batch, as the target's own rows are.
+    Such a batch is a drafter's embedding batch of one row, every row an output, numbered on through all its rows,
+    right after a target batch of the same size whose sequences are not just the one it names."""
+    n = len(batches)
+    if n == 0:
         return batches
     numbers = batches["batch"].to_numpy(np.int64)
-    # candidates: drafter batches of one row, embedding, every row an output
-    one_row = pd.Series(numbers).map(pd.Series(numbers).value_counts()).to_numpy() == 1
-    cand = (one_row & (batches["context"] == "drafter").to_numpy() & batches["embd"].fillna(False).to_numpy(bool)
-            & (batches["n_outputs"] == batches["n_tokens"]).fillna(False).to_numpy(bool))
+    starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])  # each batch's first row
+    rows_in = np.diff(np.r_[starts, n])
+    target = (batches["context"] == "target").to_numpy()
+    all_target = np.add.reduceat(target.astype(np.int64), starts) == rows_in
+    n_tokens = batches["n_tokens"].to_numpy(np.float64, na_value=np.nan)
+    n_outputs = batches["n_outputs"].to_numpy(np.float64, na_value=np.nan)
+    lo = batches["pos_min"].to_numpy(np.float64, na_value=np.nan)
+    hi = batches["pos_max"].to_numpy(np.float64, na_value=np.nan)
+    seq = batches["seq_id"].to_numpy(np.float64, na_value=np.nan)
+    embd = batches["embd"].fillna(False).to_numpy(bool)
+    s = starts[1:]  # a batch with one before it
+    p = starts[:-1]  # that one's first row
+    cand = ((rows_in[1:] == 1) & (batches["context"].to_numpy()[s] == "drafter") & embd[s]
+            & (n_outputs[s] == n_tokens[s]) & (hi[s] - lo[s] + 1 == n_tokens[s])
+            & all_target[:-1] & (n_tokens[p] == n_tokens[s]) & ((rows_in[:-1] > 1) | (seq[p] != seq[s])))
     if not cand.any():
         return batches
-    starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])  # each batch's first row
-    index_of = {int(numbers[s]): i for i, s in enumerate(starts)}
-    ends = np.r_[starts[1:], len(numbers)]
-    replace: dict[int, pd.DataFrame] = {}
-    for row in np.flatnonzero(cand):
-        k = index_of[int(numbers[row])]
-        if k == 0:
-            continue
-        prev = batches.iloc[starts[k - 1]:ends[k - 1]]
-        if not (prev["context"] == "target").all():
-            continue
-        emb = batches.iloc[row]
-        if not _mirrors(emb, prev):
-            continue
-        rows = pd.DataFrame([emb] * len(prev)).reset_index(drop=True)
-        for col in ("seq_id", "pos_min", "pos_max"):
-            rows[col] = prev[col].to_numpy()
-        replace[int(row)] = rows.astype(batches.dtypes.to_dict())
-    if not replace:
-        return batches
-    parts: list[pd.DataFrame] = []
-    last = 0
-    for at in sorted(replace):
-        parts += [batches.iloc[last:at], replace[at]]
-        last = at + 1
-    parts.append(batches.iloc[last:])
-    return pd.concat(parts, ignore_index=True)
+    emb_rows = s[cand]
+    prev_first, prev_n = p[cand], rows_in[:-1][cand]
+    # the copies: each embedding row repeated once per row of its target batch, with that row's sequence and place
+    src = np.repeat(emb_rows, prev_n)
+    offset = np.arange(int(prev_n.sum())) - np.repeat(np.cumsum(prev_n) - prev_n, prev_n)
+    from_target = np.repeat(prev_first, prev_n) + offset
+    copies = batches.iloc[src].reset_index(drop=True)
+    for col in ("seq_id", "pos_min", "pos_max"):
+        copies[col] = batches[col].iloc[from_target].to_numpy()
+    keep = np.ones(n, dtype=bool)
+    keep[emb_rows] = False
+    # in place of the row each copy replaces: ordered by that row, then by the target batch's order
+    order = np.r_[np.flatnonzero(keep).astype(np.float64), src + (offset + 1) / (offset.max() + 2)]
+    out = pd.concat([batches[keep], copies], ignore_index=True)
+    return out.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
