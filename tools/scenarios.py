@@ -70,6 +70,7 @@ class Scenario:
     # requests in pairs on two slots through the server's own /completion, the second sending the first's prompt
     # and answer as token ids: ngram-cache indexes a prompt, not what is generated, so only then does it draft
     echo: bool = False
+    trace: bool = True  # LLAMA_TRACE=1: the server prints every verify step (without it, only -v's wording)
     about: str = ""
 
     @property
@@ -109,6 +110,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="upstream DFlash, two slots"),
     Scenario("draft-eagle3-1slot", "draft-eagle3", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
              about="upstream EAGLE3"),
+    # b11434 tags every slot's `[embd]` drafter batches as sequence 0: the reader takes the drafter's sequence
+    # from the slot that drafted
+    Scenario("draft-eagle3-2slots", "draft-eagle3", ("-c", "1024", "-np", "2"), requests=4, concurrency=2,
+             about="upstream EAGLE3, two slots"),
+    Scenario("draft-eagle3-3slots", "draft-eagle3", ("-c", "1536", "-np", "3"), requests=6, concurrency=3,
+             about="upstream EAGLE3, three slots"),
     Scenario("ngram-mod-2slots", "ngram-mod", ("-c", "1024", "-np", "2"), requests=6, concurrency=2,
              about="n-gram self-speculation, no drafter model"),
     Scenario("ngram-simple-1slot", "ngram-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
@@ -172,6 +179,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="prompts and generations longer than the context"),
     Scenario("draft-simple-kv-unified", "draft-simple", ("-c", "1024", "-np", "3", "--kv-unified"),
              requests=6, concurrency=3, about="three slots sharing one unified KV cache"),
+    # every other stream closed after three chunks: a cancelled request prints no per-request line (`stop: cancel
+    # task`), yet /metrics counts its drafts; the log's steps count them
+    Scenario("draft-simple-cancel", "draft-simple", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
+             max_tokens=1500, cancel_after=3, about="draft-simple streams closed mid-draft"),
     # b11434's benchmarking mode: the server, not the drafter, decides how many drafted tokens are accepted
     Scenario("draft-simple-synthetic", "draft-simple", ("-c", "512", "-np", "1", "--spec-synth-len", "2"), requests=4,
              concurrency=1, about="synthetic acceptance (--spec-synth-len 2): the server chooses what is accepted"),
@@ -214,8 +225,6 @@ DESYNC_SEARCH: tuple[Scenario, ...] = (
                                                     "{session}"),
              requests=3, concurrency=1, slot_actions=True, healthy=False,
              about="/slots save, restore and erase between requests"),
-    Scenario("draft-simple-cancel", "draft-simple", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
-             max_tokens=1500, cancel_after=3, healthy=False, about="draft-simple streams closed mid-draft"),
 )
 BY_NAME.update({s.name: s for s in DESYNC_SEARCH})
 # Not healthy by design: a prompt longer than the context is refused (400), which the reader reports as kv_slot.
@@ -453,8 +462,9 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
         except RpcError as e:
             return ScenarioRun(scenario.name, session, False, str(e), round(time.monotonic() - began, 2))
     cmd = server_command(scenario, server, port, session, cache_dir, servers.arg if servers else "")
+    trace = ["--env", "LLAMA_TRACE=1"] if scenario.trace else []
     argv = [sys.executable, "-m", "kvtrace.analyze", "capture", "run", "--quiet", "--timeout", str(limit),
-            "--stop-wait", "5", "--env", "LLAMA_TRACE=1", "--out", str(session), "--", *cmd]
+            "--stop-wait", "5", *trace, "--out", str(session), "--", *cmd]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if log:
         log(f"{scenario.name}: {' '.join(cmd[1:])}")

@@ -33,6 +33,7 @@ TABLE: dict[str, tuple[str, str, int, int, bool, int]] = {
     "draft-dflash-2dev-layer.log.gz":    ("draft-dflash", "mirror", 1, 512, False, 2),
     "draft-dflash-2slots.log.gz":        ("draft-dflash", "mirror", 2, 1024, False, 0),
     "draft-eagle3-1slot.log.gz":         ("draft-eagle3", "mirror", 1, 512, False, 0),
+    "draft-eagle3-3slots.log.gz":        ("draft-eagle3", "mirror", 3, 1536, False, 0),
     "draft-simple-1slot.log.gz":         ("draft-simple", "own", 1, 512, False, 0),
     "draft-simple-2dev-layer.log.gz":    ("draft-simple", "own", 1, 512, False, 2),
     "draft-simple-4slots.log.gz":        ("draft-simple", "own", 4, 1024, False, 0),
@@ -212,3 +213,24 @@ def test_a_comma_combined_types_acceptance_is_every_types() -> None:
     assert c.mean_accepted_len == round(1 + steps.sum() / len(steps), 3)
     shares = [round(float((steps >= k).sum()) / len(steps), 3) for k in range(1, steps.max() + 1)]
     assert c.accepted_per_position == pytest.approx(shares, abs=0.0011), (c.accepted_per_position, shares)
+
+
+def test_three_eagle3_slots_each_keep_their_drafter_in_the_band() -> None:
+    """The real 3-slot EAGLE3 capture: b11434 tags every slot's embedding batch (the target's hidden states, one
+    `[embd]` row per row of the target batch just decoded) as sequence 0. Each is read as the sequences of the
+    target batch it carries, so no slot's drafter leaves the tolerance band, and slot 0's none more often."""
+    from kvtrace.analyze.findings.positions import apart, choose_axis, default_tolerance, sequences
+
+    path = FIXTURES / "draft-eagle3-3slots.log.gz"
+    text = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
+    # the server's own tagging, read apart from the reader: embedding rows only ever name sequence 0
+    assert set(re.findall(r": \[embd\], pos = +\d+, n_seq_id = +1, seq_id = \[(\d+)\]", text)) == {"0"}
+    result = analyze.parse(path)
+    axis, tol = choose_axis(result), default_tolerance(result)
+    assert sequences(result) == [0, 1, 2]
+    for seq in (0, 1, 2):
+        d = apart(result, seq, axis)
+        assert len(d) > 100 and (d["delta"].abs() <= tol).all(), (seq, d[d["delta"].abs() > tol].head())
+    b = result.batches
+    embedding = b[(b["context"] == "drafter") & b["embd"].astype(bool) & (b["n_outputs"] == b["n_tokens"])]
+    assert set(embedding["seq_id"].astype(int)) == {0, 1, 2}

@@ -4,6 +4,7 @@ for its speculative type, with attribution checked against the log's own structu
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -166,9 +167,25 @@ def test_the_logs_draft_counts_equal_the_servers_counters_and_the_responses(matr
     assert c.log_source == PER_STEP and c.window == "whole run", c
     assert c.agree is True, (name, c)
     assert c.drafts["log"] and c.drafts["log"] > 5
+    finished = [r for r in answered if not r.cancelled]
     # /completion leaves `draft_n` out of a response that drafted nothing (the first of each echo pair)
-    assert all(r.draft_n is not None for r in answered if not BY_NAME[name].echo), run.requests
+    assert all(r.draft_n is not None for r in finished if not BY_NAME[name].echo), run.requests
+    cancelled = [r for r in answered if r.cancelled]
+    if cancelled:
+        # a closed stream gets no final timings and the server prints no per-request line for it (`stop: cancel
+        # task`): its drafts are the log's steps of the requests that printed none
+        from kvtrace.analyze.reader.verdict import per_request_counts
+
+        rows, from_steps = per_request_counts(result.events)
+        assert 1 <= from_steps <= len(cancelled), (from_steps, run.requests)
+        steps = rows[rows["kind"] == "accepted"]
+        drafted += int(steps["generated"].sum())
+        accepted += int(steps["accepted"].sum())
     assert (drafted, accepted) == (c.draft_tokens["server"], c.accepted_tokens["server"]), (name, c, run.requests)
+    # the verdict's acceptance (triage --json's `acceptance`, the summary) is the same count
+    acc = result.verdict.acceptance
+    assert (acc["generated"], acc["accepted"]) == (c.draft_tokens["server"], c.accepted_tokens["server"]), (acc, c)
+    assert f"{acc['accepted']} of {acc['generated']} drafted tokens" in result.verdict.summary, result.verdict.summary
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not _drafts_nothing(n)])
@@ -405,3 +422,92 @@ def test_a_jsonl_run_reads_as_its_text_run(matrix: Matrix, spec_type: str) -> No
     assert (a.draft_tokens, a.accepted_tokens, a.drafts) == (b.draft_tokens, b.accepted_tokens, b.drafts)
     assert compare(text, jsonl).verdict == "unchanged"
     assert h.healthy and h.structure["wrong"] == 0
+
+
+# several slots on an upstream drafter type: each slot's drafter mirrors its own target
+MULTI_SLOT_MIRROR = [s.name for s in SCENARIOS if s.spec_type in ("draft-eagle3", "draft-dflash") and s.concurrency > 1
+                     and not s.rpc_devices and not s.defaults]
+
+
+@pytest.mark.parametrize("name", MULTI_SLOT_MIRROR)
+def test_every_slots_drafter_stays_in_the_band(matrix: Matrix, name: str) -> None:
+    """"Drafter - target" per slot, as the chart draws it: never outside the tolerance band on a healthy run, not
+    even for one observation. b11434 tags every slot's EAGLE3 embedding batch as sequence 0, which put slot 0's
+    drafter ahead by the other slots' rows about once per verify step, until the reader took the batch's sequences
+    from the target batch it carries."""
+    from kvtrace.analyze.findings.positions import apart, choose_axis, default_tolerance, sequences
+
+    _, result, _ = matrix.get(name)
+    axis, tol = choose_axis(result), default_tolerance(result)
+    seqs = sequences(result)
+    assert len(seqs) >= BY_NAME[name].concurrency, seqs
+    for seq in seqs:
+        d = apart(result, seq, axis)
+        outside = d[d["delta"].abs() > tol]
+        assert len(d) > 20 and outside.empty, (name, seq, tol, outside.head().to_dict("records"))
+
+
+def test_cancelled_requests_without_llama_trace_are_counted_from_their_steps(llama_server: Path,
+                                                                            tmp_path: Path) -> None:
+    """The cancel scenario as most users run it, without LLAMA_TRACE: the log's counts are the per-request lines,
+    and a closed stream prints none (`stop: cancel task`) though /metrics counts its drafts. Its -v steps count
+    it, so `triage --json` says the counters agree, names why, and its acceptance and summary are the counters'."""
+    import json
+    from dataclasses import replace
+
+    from kvtrace.analyze.findings.counters import PER_REQUEST
+    from tests.capture.capture_helpers import run_kvtrace
+
+    sc = replace(BY_NAME["draft-simple-cancel"], name="draft-simple-cancel-untraced", trace=False)
+    run = run_scenario(sc, tmp_path / "s", llama_server, limit=150)
+    assert run.ok and sum(r.cancelled for r in run.requests) == 2, run.reason
+    raw = (run.session / "raw.log").read_text(encoding="utf-8", errors="replace")
+    assert "stop: cancel task" in raw
+    # untraced: only -v's step wording (`..., new n_tokens = P`), never LLAMA_TRACE's bare `accepted  A/ N draft tokens`
+    assert ", new n_tokens = " in raw and re.search(r"accepted +\d+/ *\d+ draft tokens\n", raw) is None
+    proc = run_kvtrace("triage", "--json", str(run.session), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    c = out["server_counters"]
+    assert c["log_source"] == PER_REQUEST and c["agree"] is True, c
+    assert any("cancelled request" in n for n in c["notes"]), c["notes"]
+    acc = out["acceptance"]
+    assert (acc["generated"], acc["accepted"]) == (c["draft_tokens"]["server"], c["accepted_tokens"]["server"])
+    assert f"{acc['accepted']} of {acc['generated']} drafted tokens" in out["summary"], out["summary"]
+    finished = sum(r.draft_n or 0 for r in run.requests if not r.cancelled)
+    assert 0 < finished < acc["generated"]  # the finished responses alone are the smaller number it used to give
+
+
+# llama.cpp's own prefix: minutes.seconds.milliseconds.microseconds since its logger started
+_STAMP = re.compile(rb"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ")
+
+
+@pytest.mark.parametrize("name", ["draft-simple-2slots-long", "draft-eagle3-3slots"])
+def test_request_seconds_come_from_the_logs_own_clock(matrix: Matrix, name: str) -> None:
+    """"Slowest requests" and each slot's mean seconds: a request's first line to its last on the log's own
+    timestamps, read here from the raw text. The capture's clock is when the lines arrived, in bursts: on these
+    fast tiny runs a whole request arrives in one, and every request read 0 s."""
+    from kvtrace.analyze.findings.acceptance import acceptance
+
+    run, result, _ = matrix.get(name)
+    acc = acceptance(result, run.session)
+    assert acc.clock == "capture"  # the views' clock is the capture's: the case that read 0 s
+    lines = (run.session / "raw.log").read_bytes().split(b"\n")
+
+    def stamp(line_no: int) -> float:
+        m = _STAMP.match(lines[line_no - 1])
+        assert m is not None, lines[line_no - 1][:80]
+        return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6
+
+    ev = result.events
+    keyed = ev[ev["slot"].notna() & ev["task"].notna() & (ev["task"] >= 0)]
+    req = acc.requests
+    assert len(req) >= len(run.requests), (len(req), len(run.requests))
+    for row in req.itertuples():
+        mine = keyed[(keyed["slot"] == row.slot) & (keyed["task"] == row.task)]["line"]
+        want = stamp(int(mine.max())) - stamp(int(mine.min()))
+        assert want > 0 and abs(row.seconds - want) < 1e-6, (row, want)
+    slowest = acc.slowest()
+    assert slowest["seconds"].iloc[0] == req["seconds"].max() > 0
+    means = req.groupby("slot")["seconds"].mean()
+    assert (acc.slots.set_index("slot")["seconds"] - means).abs().max() < 1e-9 and (means > 0).all()
