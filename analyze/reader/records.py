@@ -22,6 +22,8 @@ SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "load
 
 MAX_EVIDENCE = 12
 PROSE_ACCEPTANCE = "prose_acceptance"  # an event: a draft acceptance told in the report's words, not a log line's
+# an event: an n-gram implementation drafted a step of a log that also runs a drafter (a comma-combined type)
+NGRAM_DRAFT = "ngram_draft"
 KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)
 
 
