@@ -27,10 +27,12 @@ _OUTER = re.compile(
     r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
     r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
     r"|\[(?P<tag>\d{1,7})\] "
-    r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
+    # a name starts where a word does: a search would otherwise rescan a long word from each of its characters
+    r"|(?<![\w.-])(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
 )
-# llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L ` (minutes unbounded), level letter optional.
-LLAMA_PREFIX = re.compile(r"(?P<m>\d+)\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
+# llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L `, level letter optional. Its minutes are unbounded in
+# llama.cpp; nine digits are 1,900 years of a run, and the bound keeps a search over a run of digits linear.
+LLAMA_PREFIX = re.compile(r"(?P<m>\d{1,9})\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
 _MONTHS = {m: i for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}
 
 
@@ -137,7 +139,7 @@ def parse_prefix(line: str) -> Prefix:
 
 # journalctl's own prefix (short and short-iso): its lines are cut at the terminal width and end in `>`
 _JOURNAL = re.compile(r"(?:[A-Za-z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ [\w.@-]+\[\d+\]: ")
-_CUT_WORD = re.compile(r"\S*>$")
+_CUT_WORD = re.compile(r"(?<!\S)\S*>$")  # the last word, from its start (not retried inside it)
 
 
 def uncut(line: str) -> str:
