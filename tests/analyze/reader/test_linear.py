@@ -2,7 +2,7 @@
 line of repeats of its own openings (derived from its parse tree, tests/analyze/regex_samples.py, so a new rule is
 covered without a test of its own), takes under a second. A 16 KB run first tells a superlinear one without
 waiting minutes for it. And a whole triage of such a line (every regex of the reader together, the concept layer's
-included) grows with the line as a linear reader does: the family fixes are docs/verdict.md's "Linear time"."""
+included) grows with the line as a linear reader does (the families fixed: docs/llama-cpp-lines.md#linear-time-on-any-line)."""
 
 from __future__ import annotations
 
