@@ -67,12 +67,12 @@ def _alternation(alternatives: tuple[str, ...]) -> str:
     the common openings (the rest of such an alternative holds no top-level `|`, which would leave it behind)."""
     out: list[str] = []
     for a in alternatives:
-        opening = next((o for o in _SHARED if a.startswith(o)), None)
-        group = [b.removeprefix(opening) for b in alternatives if b.startswith(opening)] if opening else []
+        opening = next((o for o in _SHARED if a.startswith(o)), "")
+        group = [b.removeprefix(opening) for b in alternatives if opening and b.startswith(opening)]
         if len(group) < 2:
             out.append(f"(?:{a})")
-        elif a.removeprefix(opening) == group[0]:  # type: ignore[arg-type]  # opening is set with the group
-            out.append(opening + "(?:" + "|".join(f"(?:{w})" for w in group) + ")")  # type: ignore[operator]
+        elif a.removeprefix(opening) == group[0]:
+            out.append(opening + "(?:" + "|".join(f"(?:{w})" for w in group) + ")")
     return "|".join(out)
 
 
