@@ -18,18 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.analyze.reader.test_linear import FAMILY_OPENINGS, MB, REGEXES  # noqa: E402  # the tests' one list
+from tests.analyze.reader.test_linear import FAMILY_OPENINGS, MB, REGEXES, triage_s  # noqa: E402  # the tests' own
 from tests.analyze.regex_samples import openings  # noqa: E402
-
-
-def triage_s(folder: Path, opening: str, n: int) -> float:
-    from kvtrace.analyze.views.triage import triage_row
-
-    path = folder / "paste.log"
-    path.write_text((opening * (n // len(opening) + 1))[:n] + "\n", encoding="utf-8")
-    start = time.perf_counter()
-    triage_row(str(path))
-    return time.perf_counter() - start
 
 
 def slowest_regex() -> tuple[str, str, float]:
@@ -53,10 +43,10 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        triage_s(folder, "x", 1024)  # the reader's imports, outside the figures
-        for opening in FAMILY_OPENINGS:
-            small = min(triage_s(folder, opening, MB // 16) for _ in range(2))
-            big = triage_s(folder, opening, MB)
+        triage_s(folder, "x", 1024, 0)  # the reader's imports, outside the figures
+        for i, opening in enumerate(FAMILY_OPENINGS):
+            small = min(triage_s(folder, opening, MB // 16, 10 * i + run) for run in (1, 2))
+            big = triage_s(folder, opening, MB, 10 * i + 3)
             rows.append({"opening": opening, "kb64_s": round(small, 3), "mb1_s": round(big, 3),
                          "growth": round(big / small, 1)})
     worst = slowest_regex() if args.regexes else None

@@ -17,9 +17,12 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Outer prefixes that wrap a llama.cpp line, tried in order until none matches (they can stack:
 # `service  | 2026-02-27 15:14:00 [pid] 0.01.002.003 E init: ...`).
-# journald's month is in the machine's locale (`Dec 31`, Italian `mar 15`).
+# journald's month is in the machine's locale (`Dec 31`, Italian `mar 15`). Read only where a line (or the prefix
+# before) starts, in a window of OUTER_WIDTH characters, and anchored there: a search restarting it at every
+# character of a long line would enter its eight alternatives a million times.
+OUTER_WIDTH = 256  # the longest real prefix (an ISO date, then journald's host and unit[pid]) is under 100
 _OUTER = re.compile(
-    r"(?P<quote>(?:>\s?)+)"
+    r"\A(?:(?P<quote>(?:>\s?)+)"
     r"|(?P<fence>`+)"
     r"|(?P<journal_mon>[A-Za-z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
     r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
@@ -27,8 +30,7 @@ _OUTER = re.compile(
     r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
     r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
     r"|\[(?P<tag>\d{1,7})\] "
-    # a name starts where a word does: a search would otherwise rescan a long word from each of its characters
-    r"|(?<![\w.-])(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
+    r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| )"
 )
 # llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L `, level letter optional. Its minutes are unbounded in
 # llama.cpp; nine digits are 1,900 years of a run, and the bound keeps a search over a run of digits linear.
@@ -103,8 +105,8 @@ def parse_prefix(line: str) -> Prefix:
     while pos < n:
         while pos < n and line[pos] == " ":
             pos += 1
-        m = _OUTER.match(line, pos)
-        if m is None or m.end() == pos:
+        m = _OUTER.match(line[pos: pos + OUTER_WIDTH])
+        if m is None or m.end() == 0:
             break
         if m.group("date") or m.group("bdate"):
             date, hms = m.group("date") or m.group("bdate"), m.group("hms") or m.group("bhms")
@@ -121,7 +123,7 @@ def parse_prefix(line: str) -> Prefix:
             h, mi, s = (int(x) for x in m.group("journal_hms").split(":"))
             day = int(m.group("journal_day")) + 31 * (_MONTHS.get(m.group("journal_mon").title(), 1) - 1)
             out.t, out.absolute = float(((day * 24 + h) * 60 + mi) * 60 + s), True
-        pos = m.end()
+        pos += m.end()
     m = LLAMA_PREFIX.match(line, pos)
     if m is None:
         # interleaved stdout can glue characters in front of the prefix
