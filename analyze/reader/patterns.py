@@ -74,8 +74,8 @@ INT = r"-?\d+"
 # a group between an opening and a closing (an assert's condition, a gap of a line's words) spans at most SPAN
 SPAN = r".{0,256}"
 GAP = rf"{SPAN}?"  # the shortest words between two parts of a line (`.*?` bounded)
-# the rest of a C function's name after its known start (`llama_kv_cache_unified`, `ggml_metal_device_init`):
-# llama.cpp's longest are about 40 characters
+# the rest of a C function's name or a word after its known start (`llama_kv_cache_unified`, `restoring`):
+# llama.cpp's longest function names are about 40 characters
 NAME = r"\w{0,64}"
 NUM = r"\d{1,12}"  # a count a line opens with (`4 sequences of ...`): a search restarts it at every digit
 PATH = r".{1,1024}?"  # a model's path: longer than a gap, still a line's part
