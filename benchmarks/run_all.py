@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 RUNS = [
     ["cli_help.py"],
     ["reader_speed.py"],  # engine logs (healthy, stale-drafter) and real server captures in one run
+    ["long_line.py"],  # a whole triage of one pasted 1 MB line per family's opening: linear growth
     ["engine_capture.py"],
     ["capture_overhead.py"],
     ["dashboard_first_chart.py"],

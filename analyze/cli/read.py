@@ -199,8 +199,8 @@ def thread_lines(thread: ThreadInfo) -> list[str]:
 @click.command("triage")
 @sources_argument
 @json_option
-@click.option("--table", is_flag=True, help="One row per log with its failure signature, clustered so reports "
-              "of the same bug sit together (Markdown).")
+@click.option("--table", is_flag=True, help="One row per log with its failure signature and what it stands on "
+              "(proof: log, runtime, prose), clustered so reports of the same bug sit together (Markdown).")
 @click.option("--csv", "as_csv", is_flag=True, help="The --table as CSV.")
 @click.option("-j", "--jobs", type=int, default=1, show_default=True, help="With --table: parse N logs at once.")
 @scheduler_option

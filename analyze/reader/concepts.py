@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kvtrace.analyze.reader.normalize import parse_prefix
 from kvtrace.analyze.reader.spec import DRAFTER_NAMES
@@ -26,6 +27,9 @@ CONCEPT_PREFIX = "concept_"  # a failure's variant for a line this layer recogni
 _S = r"[\s_-]?"  # the separator between two words in any naming style: `no kv slot`, `no_kv_slot`, `NoKvSlot`
 _B = r"(?:^|[^a-z])"  # a word starts here (no look-behind: the table's rule, so RE2/Rust engines run them too)
 _E = r"(?:$|[^a-z])"  # and ends here
+# the rest of a word after its stem (`exceeds`, `llama_decode_internal`): bounded, as a search tries every stem of
+# a stranger's line and an unbounded `\w*` runs from each to the end of a long word (a pasted run of the stem)
+_TAIL = r"\w{0,16}"
 # a return code after the name: `DecodeError(1)`, `Decode Error 1`, `NoKvSlot = 1`, `code -1`, `ret=1`
 def _code(n: int) -> str:
     return (r"(?:(?:\W{0,3}(?:code|ret|rc|returned|result|status|with|error)){0,2}\W{0,3}?"
@@ -50,8 +54,26 @@ class Concept:
 
 def _c(name: str, kind: str, *alternatives: str, examples: tuple[str, ...] = (),
        not_examples: tuple[str, ...] = ()) -> Concept:
-    return Concept(name, kind, re.compile("|".join(f"(?:{a})" for a in alternatives), re.IGNORECASE),
-                   examples, not_examples)
+    return Concept(name, kind, re.compile(_alternation(alternatives), re.IGNORECASE), examples, not_examples)
+
+
+_SHARED = (_B, "^")  # the openings `_alternation` shares
+
+
+def _alternation(alternatives: tuple[str, ...]) -> str:
+    """The alternatives as one regex, those that open with `_B` (or `^`) behind one `_B` (`^`), where the first
+    of them stood. A search tries every alternative at every character of a line, and case-folded words give it
+    no quick test to skip one by: a 1 MB line costs the alternatives entered at each character, and this shares
+    the common openings (the rest of such an alternative holds no top-level `|`, which would leave it behind)."""
+    out: list[str] = []
+    for a in alternatives:
+        opening = next((o for o in _SHARED if a.startswith(o)), "")
+        group = [b.removeprefix(opening) for b in alternatives if opening and b.startswith(opening)]
+        if len(group) < 2:
+            out.append(f"(?:{a})")
+        elif a.removeprefix(opening) == group[0]:
+            out.append(opening + "(?:" + "|".join(f"(?:{w})" for w in group) + ")")
+    return "|".join(out)
 
 
 # Tried in order; the first that matches names the line. Position and KV-room come before the general
@@ -69,10 +91,10 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}no{_S}(?:free{_S})?kv{_S}(?:cache{_S})?slots?",
        rf"{_B}(?:kv{_S}cache|kv|context(?:{_S}window)?){_S}(?:is{_S})?full{_E}",
        rf"{_B}context{_S}(?:size{_S}|window{_S}|length{_S})?(?:exceeded|overflow)",
-       r"exceed\w*\s+(?:the\s+)?(?:maximum\s+|available\s+|model'?s?\s+)?context",
+       rf"exceed{_TAIL}\s+(?:the\s+)?(?:maximum\s+|available\s+|model'?s?\s+)?context",
        # the context named by its variable, as llama.cpp's options and lines call it: `Prompt exceeds n_ctx: 2913
        # > 1024` (a wrapper's check), `the prompt (167416 tokens) exceeds n_ctx_slot = 131072`
-       rf"{_B}exceed\w*\s+(?:the\s+)?n{_S}ctx(?:{_S}(?:slot|seq))?{_E}",
+       rf"{_B}exceed{_TAIL}\s+(?:the\s+)?n{_S}ctx(?:{_S}(?:slot|seq))?{_E}",
        rf"{_B}(?:find|found|get){_S}(?:a{_S})?(?:free{_S})?(?:kv|memory){_S}(?:cache{_S})?slot",
        # the prompt that does not fit told as a comparison, as runtimes word their check before any decode (LM
        # Studio: `The number of tokens to keep from the initial prompt is greater than the context length (n_keep:
@@ -107,7 +129,7 @@ CONCEPTS: tuple[Concept, ...] = (
                      "load it with a larger context length, which is enough for most prompts")),
     _c("compute_failed", "decode_failed",
        rf"{_B}failed{_S}to{_S}compute{_S}(?:the{_S})?graph",
-       rf"{_B}graph{_S}compute\w*\s+failed",
+       rf"{_B}graph{_S}compute{_TAIL}\s+failed",
        rf"{_B}compute{_S}(?:error|failed|failure)",
        examples=("process_ubatch: failed to compute graph, compute status: -1",
                  "ggml_backend_sched_graph_compute_async failed with error -1",
@@ -115,8 +137,8 @@ CONCEPTS: tuple[Concept, ...] = (
        not_examples=("compute buffer size = 1.64 MiB, computed in 3 ms",)),
     _c("decode_failed", "decode_failed",
        rf"{_B}(?:llama{_S})?(?:decode|eval){_S}(?:has{_S}|was{_S})?(?:error|failed|failure|exception){_code(1)}",
-       rf"{_B}llama{_S}decode\w*\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
-       rf"{_B}llama{_S}decode\w*\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
+       rf"{_B}llama{_S}decode{_TAIL}\s*(?:\(\))?\s*(?:failed|returned|error){_code(2)}",
+       rf"{_B}llama{_S}decode{_TAIL}\W{{1,3}}(?:ret|rc|result|status)\s*[=:]\s*(?P<ret4>-?\d{{1,3}})",
        rf"{_B}failed{_S}to{_S}(?:llama{_S})?(?:decode|eval){_code(3)}",
        rf"{_B}(?:decode|eval){_S}(?:call{_S})?(?:returned|result){_S}(?:non{_S}zero|error|-?\d{{1,3}}{_E})",
        # llama_decode's return told by its variable alone, in prose or a wrapper's debug line: `That returned ret
@@ -160,25 +182,27 @@ CONCEPTS: tuple[Concept, ...] = (
        not_examples=("  at least that is what I saw (twice)", "I looked at e.g. (the docs)")),
     _c("crash_signal", "assert",
        rf"{_B}SIG(?:SEGV|ABRT|ILL|BUS|FPE){_E}",
-       rf"{_B}segmentation{_S}fault|{_B}seg{_S}fault",
-       r"illegal instruction|illegal memory access|access violation|core dumped",
-       r"exit (?:status|code) (?:0x)?c0000\w{3}|exit (?:status|code) -10737\d{5}",
-       r"(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
+       rf"{_B}seg(?:mentation)?{_S}fault",
+       # (the wordings start a word, as `_B` says: behind one `_B`, a search enters them only where a word starts)
+       rf"{_B}(?:illegal (?:instruction|memory access)|access violation|core dumped)",
+       rf"{_B}exit (?:status|code) (?:(?:0x)?c0000\w{{3}}|-10737\d{{5}})",
+       rf"{_B}(?:runner )?process (?:has )?(?:terminated|exited|crashed)(?: unexpectedly)?[:,] (?:signal|exit status)",
        # a runtime's runner that died, with or without its reason after it (ollama: `: exit status 2`,
        # `: GGML_ASSERT(...)`, or nothing, 2023's journald lines)
-       r"(?:runner|llama[ -]server|server) process (?:has )?(?:terminated|exited|crashed)",
-       r"error (?:starting|loading) (?:the )?llama (?:runner|server)",
-       r"signal: (?:killed|aborted|segmentation fault|illegal instruction)",
-       r"(?:model|server|runner|process|engine) has crashed|process no longer running",
+       rf"{_B}(?:runner|llama[ -]server|server) process (?:has )?(?:terminated|exited|crashed)",
+       rf"{_B}error (?:starting|loading) (?:the )?llama (?:runner|server)",
+       # a runner's exit, or cgo's (Go) in a crash dump
+       rf"{_B}signal(?:: (?:killed|aborted|segmentation fault|illegal instruction)"
+       r"| arrived during (?:cgo|external code) execution)",
+       rf"{_B}(?:(?:model|server|runner|process|engine) has crashed|process no longer running)",
        # a crash told in the report's words with when or how it happened (`llama-server crashes during
        # prompt-eval`, `randomly crashes during inference with error`, `crashes with a pool overflow assertion`,
        # `crashed after sending an image`): the verb with its circumstance, not the noun (`fixes a crash when`)
        rf"{_B}crash(?:es|ed)\s+(?:[a-z]+ly\s+)?(?:during|with|after|when|while|on|at)\s",
-       r"^\W*panic: |nil pointer dereference|^thread '[^']*' panicked at ",  # Go's and Rust's panics
+       r"^\W*panic: ", rf"{_B}nil pointer dereference", r"^thread '[^']*' panicked at ",  # Go's and Rust's panics
        # a Go runtime's crash dump without its panic line: goroutine headers, `created by ... in goroutine N`,
        # cgo's `signal arrived during cgo execution`, and the register dump after it (`rax    0x0`, `rip 0x...`)
-       r"^\s*goroutine \d+ (?:gp=\S+ m=\S+ (?:mp=\S+ )?)?\[[^\]]+\]:|^\s*created by \S+ in goroutine \d+",
-       r"signal arrived during (?:cgo|external code) execution",
+       r"^\s*goroutine \d+ (?:gp=\S+ m=\S+ (?:mp=\S+ )?)?\[[^\]]+\]:", r"^\s*created by \S+ in goroutine \d+",
        r"^\s*(?:rax|rip|eax|eip)\s+0x[0-9a-f]+\s*$",
        # a Go frame's location with the frame and stack pointers, which Go prints only in a crash's traceback
        # (`runtime/asm_amd64.s:1700 +0x1 fp=0xc00008f7e8 sp=... pc=...`, `net/fd_posix.go:55 +0x25 fp=...`)
@@ -187,7 +211,7 @@ CONCEPTS: tuple[Concept, ...] = (
        r"^\W*\[Inferior \d+ \(process \d+\) detached\]",
        # a wrapper saying the process it ran exited with an error code (Node's child_process wording; ollama's
        # `exit status 2` and LM Studio's `(Exit code: N)` are above)
-       r"\bprocess exited with (?:exit )?code:? -?[1-9]\d*",
+       rf"{_B}process exited with (?:exit )?code:? -?[1-9]\d*",
        r"^\W*(?-i:Killed|Bus error|Floating point exception)(?:\W|$)",
        examples=("Error: llama runner process has terminated: signal: illegal instruction (core dumped)",
                  "Thread 1 received signal SIGSEGV, Segmentation fault.",
@@ -240,7 +264,7 @@ CONCEPTS: tuple[Concept, ...] = (
        rf"{_B}(?:not{_S}enough|insufficient){_S}(?:free{_S})?(?:device{_S}|gpu{_S}|video{_S}|system{_S})?memory",
        rf"{_B}requires{_S}more{_S}(?:system{_S}|gpu{_S}|video{_S})?memory",
        r"cudaMalloc failed|cudaErrorMemoryAllocation|hipErrorOutOfMemory|ErrorOutOfDeviceMemory",
-       rf"{_B}failed{_S}to{_S}allocate\w*\s+(?:[\w.]+\s+)?(?:buffer|memory|\d+(?:\.\d+)?\s*MiB)",
+       rf"{_B}failed{_S}to{_S}allocate{_TAIL}\s+(?:[\w.]+\s+)?(?:buffer|memory|\d+(?:\.\d+)?\s*MiB)",
        rf"{_B}OOM(?:{_S}killed|{_S}error)?{_E}",
        examples=("CUDA error: out of memory",
                  "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
@@ -328,6 +352,7 @@ def crash_frame(fn: str) -> bool:
     return fn in CRASH_FRAMES
 
 
+@lru_cache(maxsize=1)  # the walker asks twice of one line (does it need the walker, then what it names)
 def recognise(line: str) -> tuple[Concept, re.Match[str]] | None:
     """The concept a line names, and its match; None when it names none."""
     low = line.lower()

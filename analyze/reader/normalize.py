@@ -17,9 +17,12 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Outer prefixes that wrap a llama.cpp line, tried in order until none matches (they can stack:
 # `service  | 2026-02-27 15:14:00 [pid] 0.01.002.003 E init: ...`).
-# journald's month is in the machine's locale (`Dec 31`, Italian `mar 15`).
+# journald's month is in the machine's locale (`Dec 31`, Italian `mar 15`). Read only where a line (or the prefix
+# before) starts, in a window of OUTER_WIDTH characters, and anchored there: a search restarting it at every
+# character of a long line would enter its eight alternatives a million times.
+OUTER_WIDTH = 256  # the longest real prefix (an ISO date, then journald's host and unit[pid]) is under 100
 _OUTER = re.compile(
-    r"(?P<quote>(?:>\s?)+)"
+    r"\A(?:(?P<quote>(?:>\s?)+)"
     r"|(?P<fence>`+)"
     r"|(?P<journal_mon>[A-Za-z][a-z]{2}) +(?P<journal_day>\d{1,2}) (?P<journal_hms>\d\d:\d\d:\d\d) \S+ [\w.@-]+\[\d+\]: "
     r"|(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:\[\d+\] )?"
@@ -27,10 +30,11 @@ _OUTER = re.compile(
     r"|\[(?P<bdate>\d{4}-\d\d-\d\d)[ T](?P<bhms>\d\d:\d\d:\d\d)(?P<bfrac>[.,]\d+)?\](?: \[\w+\])? "
     r"|\[(?P<epoch>\d{9,10}(?:\.\d+)?)\] "
     r"|\[(?P<tag>\d{1,7})\] "
-    r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| "
+    r"|(?P<service>[A-Za-z0-9][\w.-]*)\s+\| )"
 )
-# llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L ` (minutes unbounded), level letter optional.
-LLAMA_PREFIX = re.compile(r"(?P<m>\d+)\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
+# llama.cpp's own prefix (common/log.cpp): `M.SS.mmm.uuu L `, level letter optional. Its minutes are unbounded in
+# llama.cpp; nine digits are 1,900 years of a run, and the bound keeps a search over a run of digits linear.
+LLAMA_PREFIX = re.compile(r"(?P<m>\d{1,9})\.(?P<s>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) (?:(?P<lvl>[IWED]) )?")
 _MONTHS = {m: i for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}
 
 
@@ -101,8 +105,8 @@ def parse_prefix(line: str) -> Prefix:
     while pos < n:
         while pos < n and line[pos] == " ":
             pos += 1
-        m = _OUTER.match(line, pos)
-        if m is None or m.end() == pos:
+        m = _OUTER.match(line[pos: pos + OUTER_WIDTH])
+        if m is None or m.end() == 0:
             break
         if m.group("date") or m.group("bdate"):
             date, hms = m.group("date") or m.group("bdate"), m.group("hms") or m.group("bhms")
@@ -119,7 +123,7 @@ def parse_prefix(line: str) -> Prefix:
             h, mi, s = (int(x) for x in m.group("journal_hms").split(":"))
             day = int(m.group("journal_day")) + 31 * (_MONTHS.get(m.group("journal_mon").title(), 1) - 1)
             out.t, out.absolute = float(((day * 24 + h) * 60 + mi) * 60 + s), True
-        pos = m.end()
+        pos += m.end()
     m = LLAMA_PREFIX.match(line, pos)
     if m is None:
         # interleaved stdout can glue characters in front of the prefix
@@ -137,7 +141,7 @@ def parse_prefix(line: str) -> Prefix:
 
 # journalctl's own prefix (short and short-iso): its lines are cut at the terminal width and end in `>`
 _JOURNAL = re.compile(r"(?:[A-Za-z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) \S+ [\w.@-]+\[\d+\]: ")
-_CUT_WORD = re.compile(r"\S*>$")
+_CUT_WORD = re.compile(r"(?<!\S)\S*>$")  # the last word, from its start (not retried inside it)
 
 
 def uncut(line: str) -> str:

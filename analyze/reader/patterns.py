@@ -67,9 +67,18 @@ def failure_words(p: Pattern, m: re.Match[str], line: str) -> str:
 
 
 INT = r"-?\d+"
-# a group between an opening and a closing (an assert's condition) spans at most this: a searched regex with an
-# unbounded one runs to the line's end from every opening, so a pasted line of repeated openings is quadratic
+# Every regex here is searched over a stranger's line, which can be 1 MB of one wording's opening repeated. A run
+# that can reach the line's end is rescanned from every opening, so the line costs openings x length: quadratic.
+# So no run after an opening is unbounded unless it stops at the next opening (its class excludes the opening's
+# character). The bounds, each far over the longest real text of its kind (the fixtures and the corpus):
+# a group between an opening and a closing (an assert's condition, a gap of a line's words) spans at most SPAN
 SPAN = r".{0,256}"
+GAP = rf"{SPAN}?"  # the shortest words between two parts of a line (`.*?` bounded)
+# the rest of a C function's name or a word after its known start (`llama_kv_cache_unified`, `restoring`):
+# llama.cpp's longest function names are about 40 characters
+NAME = r"\w{0,64}"
+NUM = r"\d{1,12}"  # a count a line opens with (`4 sequences of ...`): a search restarts it at every digit
+PATH = r".{1,1024}?"  # a model's path: longer than a gap, still a line's part
 
 # Families:
 #   batch   LLAMA_BATCH_DEBUG dumps (llama-batch.cpp)
@@ -131,7 +140,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("pos_header_cut", "block", "init: the tokens of", r"\binit: the tokens of(?: s[a-z]*)? ?$", kind="header",
        examples=("[...] init: the tokens of", "0.12.000.001 E init: the tokens of seq")),
     _p("pos_x", "block", "is X = ",
-       rf"the last position stored in the memory module.*?for sequence (?P<seq>\d+) is X = (?P<x>{INT})",
+       rf"the last position stored in the memory module{GAP}for sequence (?P<seq>\d+) is X = (?P<x>{INT})",
        kind="x",
        examples=(" - the last position stored in the memory module of the context (i.e. the KV cache) for sequence 0 is X = 259",)),
     _p("pos_y", "block", "the tokens for sequence",
@@ -220,14 +229,14 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: built to docs/llama-cpp-lines.md#drafting-failures
        examples=("1.02.345.690 E dflash batch: decode failed with -1",)),
     _p("ctx_dft_failed", "failure", "ctx_dft)",
-       rf"llama_(?:(?:de|en)code|process)\(ctx_dft\)[^\n]*?rc=(?P<ret>{INT})", kind="decode_failed", component="drafter",
+       rf"llama_(?:(?:de|en)code|process)\(ctx_dft\){GAP}rc=(?P<ret>{INT})", kind="decode_failed", component="drafter",
        builds="upstream EAGLE3/MTP/draft-dflash, forks", extra={"stage": "3"},
        # examples: the others built to docs/llama-cpp-lines.md#speculative-decoding-upstream and #decode-failures
        examples=("3.28.378.765 E spec flush_deferr: llama_decode(ctx_dft) deferred flush failed rc=-1",
                  "0.01.000.000 E spec      process: llama_process(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)",
                  "0.01.000.000 E spec      process: llama_encode(ctx_dft) failed rc=-1 (n_tokens=16, offset=0)")),
     _p("draft_decode_returned", "failure", " returned ",
-       rf"draft\w*: llama_(?:decode|process)(?:\[\d+\])? returned (?P<ret>{INT})", kind="decode_failed",
+       rf"draft{NAME}: llama_(?:decode|process)(?:\[\d+\])? returned (?P<ret>{INT})", kind="decode_failed",
        component="drafter", builds="upstream draft-simple/draft-dflash, MTP forks", extra={"stage": "3"},
        # examples: the second measured (docs/llama-cpp-lines.md#measured-on-real-runs), the third built to #speculative-decoding-upstream
        examples=("0.44.777.485 W draft: llama_decode returned -1",
@@ -309,10 +318,11 @@ PATTERNS: tuple[Pattern, ...] = (
        builds="llama-server's HTTP 500 body as a client (Python openai, requests) raises it", extra={"stage": "4"},
        examples=('{"error":{"code":500,"message":"Invalid input batch.","type":"server_error"}}',)),
     _p("kv_form_decode", "failure", "ret=",
-       rf"(?:failed to decode the batch|Invalid input batch|Compute error|failed to decode)[^|\n]*\|[^\n]*?\bret=(?P<ret>{INT})",
+       rf"(?:Invalid input batch|Compute error|failed to decode)[^|\n]{{0,256}}\|[^|\n]{{0,256}}?\bret=(?P<ret>{INT})",
        kind="decode_failed", component="target", builds="server 2024, ik_llama.cpp (`ERR [ fn ] msg | key=value`)",
        extra={"stage": "4"},
        # examples: as tests/analyze/reader/test_walker.py reads it (no capture has one)
+       # (`failed to decode` covers `failed to decode the batch`; the key=value part has no second `|`)
        examples=('ERR [              update_slots] failed to decode the batch | tid="140478308075456" timestamp=1724599956 i=0 n_batch=512 ret=-1',)),
     _p("cannot_decode_encoder", "failure", "use llama_encode() instead",
        r"cannot decode batches with this context \(use llama_encode\(\) instead\)", kind="decode_failed",
@@ -420,7 +430,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("error: synthetic acceptance length and rates are mutually exclusive",
                  "error: synthetic acceptance rates must be monotonically non-increasing",
                  "error: synthetic acceptance requires at least one speculative token")),
-    _p("rc_failed", "failure", "rc=", rf"\bfailed\b[^\n]*?\brc=(?P<ret>{INT})", kind="decode_failed",
+    _p("rc_failed", "failure", "rc=", rf"\bfailed\b{GAP}\brc=(?P<ret>{INT})", kind="decode_failed",
        extra={"stage": "3"},
        # examples: any other call that failed with an rc= (no capture has one)
        examples=("E spec      prepare: chain decode failed rc=-1",)),
@@ -529,7 +539,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # ggml's 2023 allocator (ggml_new_object, ggml_new_tensor_impl) out of room in a context's fixed pool or in a
     # scratch buffer: the model's tensors or the compute graph did not fit the size the loader reserved
     _p("memory_pool", "failure", "memory pool",
-       r"(?P<fn>ggml_new_\w+): not enough space in the (?P<pool>context's|scratch) memory pool"
+       r"(?P<fn>ggml_new_\w{1,64}): not enough space in the (?P<pool>context's|scratch) memory pool"
        r"(?: \(needed (?P<needed>\d+), available (?P<available>\d+)\))?", kind="error",
        extra={"stage": "0"}, builds="ggml 2023 (ggjt and early GGUF)",
        # examples: tests/fixtures/blind/batch-9 reports 11, 13 and 10 (glued to koboldcpp's progress line)
@@ -582,7 +592,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("1.02.345.678 W dflash: clearing stale drafter KV for seq=0 before flat draft: pos_max=259 next_pos=1361",)),
     _p("dflash_clear_seq", "event", "DFLASH_DBG clear drafter seq",
-       rf"DFLASH_DBG clear drafter seq: seq=(?P<seq>\d+) reason=(?P<reason>.*?) pos_max=(?P<pos_max>{INT})",
+       rf"DFLASH_DBG clear drafter seq: seq=(?P<seq>\d+) reason=(?P<reason>{GAP}) pos_max=(?P<pos_max>{INT})",
        kind="reset", component="drafter", builds="beellama.cpp >= v0.3.0 (the fix)",
        # examples: built to docs/llama-cpp-lines.md#resets-and-the-stale-drafter-fix
        examples=("1.02.345.679 D DFLASH_DBG clear drafter seq: seq=0 reason=flat draft pos_max=259",)),
@@ -630,7 +640,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.02.113.410 D spec continues_dr: seq 0: draft memory ends at 150, target rows start at 200, not mirrored",)),
     # DFlash (docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp): the draft batch is too small for every sequence's block, or refused one of its rows
     _p("draft_batch_clamp", "event", "do not fit the draft batch",
-       r"(?P<n_seqs>\d+) sequences of n_max=(?P<n_max>\d+) do not fit the draft batch (?P<n_batch>\d+) -- clamping "
+       rf"(?P<n_seqs>{NUM}) sequences of n_max=(?P<n_max>\d+) do not fit the draft batch (?P<n_batch>\d+) -- clamping "
        r"n_max to (?P<n_to>\d+)", kind="draft_clamp", component="drafter", builds="a turboquant-derived fork: DFlash",
        # examples: built to docs/llama-cpp-lines.md#dflash-clamps-adaptive-depth-and-chained-mtp (its function name unknown)
        examples=("0.01.000.000 W 4 sequences of n_max=16 do not fit the draft batch 32 -- clamping n_max to 7",)),
@@ -659,7 +669,7 @@ PATTERNS: tuple[Pattern, ...] = (
        r"synthetic speculative acceptance is enabled", kind="synthetic", builds="b11434 --spec-synth-len/--spec-synth-rates",
        examples=("0.00.078.200 W spec common_specu: synthetic speculative acceptance is enabled for benchmarking; generated output is not valid",)),
     _p("synthetic_config", "event", "synthetic acceptance: n_max",
-       r"synthetic acceptance: n_max = (?P<n_max>\d+), mean length = (?P<mean_length>[\d.]+), rates = \[(?P<rates>[^\]]*)\]",
+       r"synthetic acceptance: n_max = (?P<n_max>\d+), mean length = (?P<mean_length>[\d.]+), rates = \[(?P<rates>[^\][]*)\]",
        kind="synthetic", builds="b11434 --spec-synth-len/--spec-synth-rates",
        examples=("0.00.078.206 I spec common_specu: synthetic acceptance: n_max = 3, mean length = 2.000000, rates = [0.543689, 0.295598, 0.160713]",)),
     _p("synthetic_limit", "event", "synthetic acceptance draft limit",
@@ -692,7 +702,7 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="reset", component="target",
        examples=("0.00.768.462 W slot   operator(): id  0 | task 0 | slot context shift, n_keep = 1, n_left = 254, n_discard = 127",)),
     _p("checkpoint_restore", "event", "checkpoint",
-       rf"restor\w* (?:speculative |context )?checkpoint(?: \(pos_min = (?P<pos_min>{INT}), pos_max = (?P<pos>{INT}))?",
+       rf"restor{NAME} (?:speculative |context )?checkpoint(?: \(pos_min = (?P<pos_min>{INT}), pos_max = (?P<pos>{INT}))?",
        kind="checkpoint_restore", component="target",
        # examples: built to docs/llama-cpp-lines.md#the-servers-lines
        examples=("0.01.000.000 D slot   operator(): id  0 | task 0 | restoring speculative checkpoint (pos_min = 0, pos_max = 23, size = 1024)",
@@ -746,7 +756,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the second built to docs/llama-cpp-lines.md#debug-and-profile-lines
        examples=("0.01.172.224 I spec common_specu: statistics     draft-dflash: #calls(b,g,a) =    1     17     17, #gen drafts =     17, #acc drafts =     5, #gen tokens =     48, #acc tokens =     5, #mean acc len = 1.29, #acc rate/pos = (0.294), dur(b,g,a) = 0.002, 15.220, 0.007 ms",
                  "2.10.130.010 I statistics           dflash: #calls(b,g,a) =    1    412    412, #gen drafts =    412, #acc drafts =   301, #gen tokens =   6180, #acc tokens =  1020, dur(b,g,a) = 0.052, 33012.441, 1.234 ms")),
-    _p("acc_per_pos", "event", "acc per pos", r"acc per pos = \((?P<acc_per_pos>[^)]*)\)", kind="draft_stats",
+    _p("acc_per_pos", "event", "acc per pos", r"acc per pos = \((?P<acc_per_pos>[^()]*)\)", kind="draft_stats",
        examples=("0.01.172.204 I slot print_timing: id  0 | task 0 |      acc per pos = (0.294, 0.000, 0.000)",)),
     # ik_llama.cpp's per-position acceptance (its `statistics` line, quoted inline in reports): the same figures
     # as mainline's `acc per pos` and `#acc rate/pos`
@@ -823,7 +833,7 @@ PATTERNS: tuple[Pattern, ...] = (
                  "(APIServer pid=1) INFO 05-04 01:06:43 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.91, Accepted: 632 tokens, Drafted: 1655 tokens")),
     _p("prose_stats", "event", " draft",
        r"(?:accepted (?P<accepted>\d+) (?:of|out of) (?P<generated>\d+) draft"
-       r"|(?P<accepted_n>\d+) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",
+       rf"|(?P<accepted_n>{NUM}) (?:of|out of|/) (?P<generated_n>\d+) draft(?:ed)? tokens (?:were )?accepted)",
        kind="draft_stats", builds="wrappers and reports that word the acceptance in prose",
        # examples: built to the two orders the wording takes
        examples=("speculative: accepted 84 of 89 draft tokens (94.4%)",
@@ -882,7 +892,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("server_decode", "hint", "n_batch (effective)", r"n_batch \(effective\) = (?P<n_batch>\d+)", kind="decode",
        component="target", builds="upstream server SRV_DBG, printed right before it decodes the slots' batch",
        examples=("0.01.099.343 D srv        decode: n_batch (effective) = 512, off = 0",)),
-    _p("generate_draft", "hint", "generate_draft", r"generate_draft: id=(?P<id>\d+).*?pos_next=(?P<pos>\d+)",
+    _p("generate_draft", "hint", "generate_draft", rf"generate_draft: id=(?P<id>\d+){GAP}pos_next=(?P<pos>\d+)",
        kind="draft", component="drafter",
        examples=("0.01.112.483 D slot handle_last_: id  0 | task 0 | generate_draft: id=232, #tokens=24, #draft=3, pos_next=24",)),
     _p("spec_gen_draft", "hint", "common_speculative_gen_draft", r"common_speculative_gen_draft:", kind="draft_start",
@@ -897,7 +907,7 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.00.122.680 I dflash: contract ok: block_size=16 mask_token=3 target_layer_ids=[1] n_target_layers=1 n_embd=64 n_target_features=64 target_layers=2 cross_ctx=512",
                  "0.00.035.194 I dflash: setting -cd to 256 (drafter doesn't need the full main ctx; pass -cd N to override)")),
     # ---- DFlash key=value lines, generically (after the specific ones above)
-    _p("dflash_kv", "event", "=", r"(?P<tag>DFLASH_DBG [\w ]+?|dflash[\w ]*?|ddtree[\w ]*?):? (?P<body>\S+=.*)",
+    _p("dflash_kv", "event", "=", r"(?P<tag>DFLASH_DBG [\w ]{1,64}?|dflash[\w ]{0,64}?|ddtree[\w ]{0,64}?):? (?P<body>\S+=.*)",
        kind="dflash", component="drafter", builds="beellama.cpp v0.2-v0.3",
        # examples: built to docs/llama-cpp-lines.md#debug-and-profile-lines
        examples=("1.02.345.600 D DFLASH_DBG build_cross_data: ring_write_pos=1361 ring_filled=1361 committed_len=1361 cross_ctx=1024 gpu=0",
@@ -910,7 +920,7 @@ PATTERNS: tuple[Pattern, ...] = (
        kind="version",
        # examples: common's older build line (no capture has one)
        examples=("build: 4067 (54ef9cfc) with cc (GCC) 14.2.1 20240910 for x86_64-pc-linux-gnu",)),
-    _p("built_with", "meta", "built with", r"built with (?P<compiler>.*?) for (?P<target>\S+)", kind="version",
+    _p("built_with", "meta", "built with", rf"built with (?P<compiler>{GAP}) for (?P<target>\S+)", kind="version",
        examples=("built with GNU 15.2.1 for Linux x86_64",)),
     _p("cuda_init", "meta", "ggml_cuda_init", r"ggml_cuda_init: found (?P<n>\d+) (?P<backend>CUDA|ROCm) devices?",
        kind="backend",
@@ -935,11 +945,11 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: the second as tests/analyze/reader/test_devices.py reads it
        examples=("  Device 0: NVIDIA GeForce RTX 3080, compute capability 8.6, VMM: yes, VRAM: 11910 MiB",
                  "  Device 0: AMD Radeon RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32")),
-    _p("metal_gpu_name", "meta", "GPU name:", r"ggml_metal\w*: GPU name:\s+(?P<name>\S.*?)\s*$", kind="gpu",
+    _p("metal_gpu_name", "meta", "GPU name:", rf"ggml_metal{NAME}: GPU name:\s+(?P<name>\S.*?)\s*$", kind="gpu",
        extra={"backend": "Metal"},
        # examples: as tests/analyze/reader/test_devices.py reads it (no capture has one)
        examples=("ggml_metal_device_init: GPU name:   Apple M2 Max",)),
-    _p("vulkan_device", "meta", "ggml_vulkan: ", r"ggml_vulkan: (?P<idx>\d+) = (?P<name>[^(|]+?) \(", kind="gpu",
+    _p("vulkan_device", "meta", "ggml_vulkan: ", r"ggml_vulkan: (?P<idx>\d+) = (?P<name>[^(|]{1,256}?) \(", kind="gpu",
        extra={"backend": "Vulkan"},
        # examples: as tests/analyze/reader/test_devices.py reads it (no capture has one)
        examples=("ggml_vulkan: 0 = AMD Radeon 890M Graphics (RADV GFX1150) (radv) | uma: 1 | fp16: 1 | warp size: 64 | shared memory: 65536 | int dot: 1 | matrix cores: KHR_coopmat",)),
@@ -953,17 +963,17 @@ PATTERNS: tuple[Pattern, ...] = (
        examples=("0.09.112.004 I dflash: multi-GPU placement detected (target=2 devices, drafter=1 devices); disabling GPU cross ring and graph hidden capture",)),
     # ---- the device layout (analyze/reader/devices.py): devices, and where each model's layers and buffers went
     _p("device_listed", "meta", "MiB free)",
-       r"(?:^|[\s-])(?P<device>[A-Za-z][A-Za-z_]*\d*)\s*: (?P<name>[^\s-].*?) \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)",
+       rf"(?:^|[\s-])(?P<device>[A-Za-z][A-Za-z_]*\d*)\s*: (?P<name>[^\s-]{GAP}) \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)",
        kind="device", builds="common_param device_info, --list-devices (2025-)",
        examples=("0.00.079.033 I cmn  common_param:   - RPC0    : 127.0.0.1:60301 (24105 MiB, 24105 MiB free)",)),
     _p("device_used", "meta", "using device",
-       r"using device (?P<device>[\w.-]+) \((?P<name>.*?)\)(?: \((?P<id>[^)]*)\))? - (?P<free>\d+) MiB free",
+       rf"using device (?P<device>[\w.-]+) \((?P<name>{GAP})\)(?: \((?P<id>[^)]*)\))? - (?P<free>\d+) MiB free",
        kind="use_device", builds="llama_model_load_from_file_impl, llama_prepare_model_devices",
        # examples: the second as tests/analyze/reader/test_devices.py reads it
        examples=("0.00.123.420 I llama_prepare_model_devices: using device RPC0 (127.0.0.1:60301) (unknown id) - 24105 MiB free",
                  "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) - 23738 MiB free")),
     _p("model_start", "meta", "loaded meta data with",
-       r"loaded meta data with \d+ key-value pairs and \d+ tensors from (?P<path>.+?) \(version", kind="model_start",
+       rf"loaded meta data with \d+ key-value pairs and \d+ tensors from (?P<path>{PATH}) \(version", kind="model_start",
        examples=("0.00.158.160 I llama_model_loader: loaded meta data with 21 key-value pairs and 21 tensors from models/target.gguf (version GGUF V3 (latest))",)),
     _p("load_mode", "meta", "loading model tensors",
        r"loading model tensors, this can take a while\.\.\. \((?:load_mode = (?P<mode>\w+)|mmap = (?P<mmap>\w+))",
@@ -973,7 +983,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("layer_device", "meta", "assigned to device",
        r"layer\s+(?P<layer>\d+) assigned to device (?P<device>[\w.-]+)", kind="layer_device",
        examples=("0.00.159.745 D load_tensors: layer   0 assigned to device CPU, is_swa = 0",)),
-    _p("kv_layer_device", "meta", ": dev = ", r"llama_kv_cache\w*: layer\s+(?P<layer>\d+): dev = (?P<device>[\w.-]+)",
+    _p("kv_layer_device", "meta", ": dev = ", rf"llama_kv_cache{NAME}: layer\s+(?P<layer>\d+): dev = (?P<device>[\w.-]+)",
        kind="kv_layer_device",
        examples=("0.00.230.106 D llama_kv_cache: layer   0: dev = RPC0",)),
     _p("buffer_size", "meta", "buffer size =",
@@ -991,7 +1001,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("ctx_created", "meta", "llama_context: n_ctx", r"llama_context: n_ctx\s+= (?P<n_ctx>\d+)", kind="context",
        examples=("llama_context: n_ctx         = 2048",
                  "0.00.160.400 I llama_context: n_ctx                 = 512")),
-    _p("kv_created", "meta", "cells", r"llama_kv_cache\w*: size = .*?\(\s*(?P<cells>\d+) cells", kind="kv_cache",
+    _p("kv_created", "meta", "cells", rf"llama_kv_cache{NAME}: size = {GAP}\(\s*(?P<cells>\d+) cells", kind="kv_cache",
        examples=("0.00.160.682 I llama_kv_cache: size =    0.25 MiB (   512 cells,   2 layers,  1/1 seqs), K (f16):    0.12 MiB, V (f16):    0.12 MiB",)),
     # the implementation line names the spec type: before the generic draft marker, which also matches it
     _p("spec_impl", "meta", "implementation", r"adding (?:speculative )?implementation '?(?P<impl>[\w-]+)'?",
@@ -1014,7 +1024,7 @@ PATTERNS: tuple[Pattern, ...] = (
        # examples: built to docs/llama-cpp-lines.md#start-up-lines
        examples=("0.00.260.001 I common_speculative_create_ctx_dft: draft model warmup complete",)),
     # after spec_impl: the other lines a speculative implementation prints while it creates the draft context
-    _p("spec_init", "hint", "common_speculative", r"common_speculative_(?:impl_\w+|init\w*):", kind="draft_init",
+    _p("spec_init", "hint", "common_speculative", rf"common_speculative_(?:impl_\w{{1,64}}|init{NAME}):", kind="draft_init",
        component="drafter",
        examples=("0.00.253.948 I common_speculative_impl_draft_dflash: - n_max=3, n_min=0, p_min=0.00",)),
     _p("rope_type", "meta", "rope", r"(?:rope type|rope_type)\s*=\s*(?P<rope>\S+)", kind="rope",

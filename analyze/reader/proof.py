@@ -10,6 +10,9 @@ words quoted in it (a code span, quotation marks) are the program's, and count a
 Quoted source code is no log at all: the walker skips a C/C++ fence (```cpp ... ```) and a statement that ends in
 `;` (`GGML_ASSERT(n_tokens_all <= cparams.n_batch);`), with the functions below. Each shape has its examples,
 which tests/analyze/reader/test_proof.py holds it to.
+
+The shapes below that a line opens with are anchored at its start (`\\A`) though they are only `match`ed: a
+search of one over a stranger's 1 MB line then fails at each character at once instead of rescanning the line.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ RANK = {p: i for i, p in enumerate(PROOFS)}
 # C and C++ as fences name them (GitHub's linguist names and their usual aliases)
 SOURCE_LANGS = frozenset({"c", "cpp", "c++", "cc", "cxx", "h", "hpp", "hxx", "cu", "cuh", "cuda", "objc",
                           "objective-c", "metal"})
-_FENCE = re.compile(r"[ \t]{0,3}(?:>[ \t]?)*[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\s`]*)")
+_FENCE = re.compile(r"\A[ \t]{0,3}(?:>[ \t]?)*[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\s`]*)")
 FENCE_EXAMPLES = ("```cpp", "> ```c", "~~~c++", "   ```cpp   ", "````cuda")
 FENCE_COUNTER_EXAMPLES = ("```", "```console", "```text", "``` cpp-ish words", "use ```cpp fences")
 
@@ -54,7 +57,7 @@ def closes_fence(line: str, fence: tuple[str, int]) -> bool:
 
 
 # a call (`GGML_ASSERT(`, `ctx->decode(`, `llama::abort(`) at a statement's start, behind quote and code marks
-_CALL = re.compile(r"[\s>`*]*(?:return\s+|throw\s+)?(?:[A-Za-z_][\w:]*(?:\.|->))*[A-Za-z_][\w:]*\s*\(")
+_CALL = re.compile(r"\A[\s>`*]*(?:return\s+|throw\s+)?(?:[A-Za-z_][\w:]*(?:\.|->))*[A-Za-z_][\w:]*\s*\(")
 STATEMENT_MAX = 500  # characters: a quoted statement is one line of code, and a longer line is not looked into
 STATEMENT_EXAMPLES = ("GGML_ASSERT(n_tokens_all <= cparams.n_batch);", "> GGML_ASSERT(dist_tgt.sorted);",
                       "`GGML_ABORT(\"fatal error\");`", "    ctx->decode(batch);  // the draft batch",
@@ -77,17 +80,17 @@ def source_statement(line: str) -> bool:
 
 # ---- log, runtime or prose ---------------------------------------------------------------------------
 # llama.cpp's own shape: a C function's name, then a colon (`ggml_backend_cuda_buffer_type_alloc_buffer: `)
-_LLAMA_FUNC = re.compile(r"[a-z][a-z0-9]*_[a-z0-9_]*: ")
+_LLAMA_FUNC = re.compile(r"\A[a-z][a-z0-9]*_[a-z0-9_]*: ")
 # a log line's opening: a label and a colon in its first two words (`Error:`, `Exception code:`, `panic:`), a
 # level in brackets (`[ERROR]`), `key=value`, a stack frame (`#3 0x...`, `at Foo.Bar(`)
-_LOG_OPENING = re.compile(r"(?:\S+\s){0,2}\S*[A-Za-z)\]]:(?:\s|$)|\[[A-Za-z]+\]|\w+=\S|#\d+\s|at\s\S+\("
+_LOG_OPENING = re.compile(r"\A(?:(?:\S+\s){0,2}\S*[A-Za-z)\]]:(?:\s|$)|\[[A-Za-z]+\]|\w+=\S|#\d+\s|at\s\S+\("
                           r"|(?:[A-Z][a-z]{2}\s+\d{1,2}\s+)?\d{1,2}:\d\d"  # or a time first (`9:01PM ERR`)
-                          r"|\S*\.\w{1,4}:\d+:")  # or a source file's place (`llama.cpp:18430: `)
+                          r"|\S*\.\w{1,4}:\d+:)")  # or a source file's place (`llama.cpp:18430: `)
 # an error or exception class with its message anywhere in a line (`ValueError: `, `API Error: 400 {...`)
 _ERROR_LABEL = re.compile(r"\b[A-Za-z]*(?:Error|Exception)(?: \d{3})?: ")
 _LEAD = re.compile(r"[\s>*_~]*(?:[-+*]\s+|\d+[.)]\s+)?(?:\*\*|__)?")  # quote marks, a bullet, emphasis
-_WORD = re.compile(r"[(\"'“]*(?P<w>[A-Za-z][a-z'’-]*)[.,;:!?)\"'”]*")
-_QUOTED = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^”]*”")
+_WORD = re.compile(r"\A[(\"'“]*(?P<w>[A-Za-z][a-z'’-]*)[.,;:!?)\"'”]*")
+_QUOTED = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^“”]*”")  # a quote stops at the next opening
 PROOF_WIDTH = 2000  # characters of a line looked at: its shape is in its start, and a pasted line can be 1 MB
 SENTENCE_MIN_WORDS = 4
 PLAIN_SHARE = 0.7  # at least this share of a sentence's tokens are plain words
@@ -159,7 +162,7 @@ REMARK_COUNTER_EXAMPLES = (
 
 # a command's opening: a shell prompt, environment assignments, then a program (a path, or a name of the tools
 # that run llama.cpp), behind at most two words of a log line's prefix (`srv  main: llama-server -m ...`)
-_COMMAND = re.compile(r"(?:\S+\s+){0,2}?(?:[$#>]\s+)?(?:\w+=\S*\s+)*"
+_COMMAND = re.compile(r"\A(?:\S+\s+){0,2}?(?:[$#>]\s+)?(?:\w+=\S*\s+)*"
                       r"(?:\S*/\S*|\S*(?:llama|server|kvtrace|python|ollama)\S*)(?:\s|$)", re.IGNORECASE)
 
 

@@ -68,7 +68,8 @@ except ImportError:  # pragma: no cover - a build without a C compiler
 if os.environ.get("KVTRACE_PURE_PYTHON"):  # the walker alone: to compare with, or to rule the C code out
     _skim = None  # type: ignore[assignment]
 
-_KV_PAIR = re.compile(r"([A-Za-z_][\w.\[\]]*)=(\[[^\]]*\]|[^\s,;]+)")
+# a key starts where a word does, and a list value stops at the next `[`: a search never rescans a long run
+_KV_PAIR = re.compile(r"(?<![\w.\[\]])([A-Za-z_][\w.\[\]]*)=(\[[^\][]*\]|[^\s,;]+)")
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.jsonl import JsonlLog
 
@@ -869,7 +870,8 @@ def _digit_sensitive(p: Pattern) -> bool:
     return any(c.isdigit() for c in rest + p.anchor)
 
 
-_CLASS = re.compile(r"\[\^?\]?[^\]]*\]")  # a character class, as the table writes them (no nested brackets)
+# a character class, as the table writes them: escapes read as one character, and it stops at the next `[`
+_CLASS = re.compile(r"\[\^?\]?(?:\\.|[^\]\\[])*\]")
 
 
 _FIRST: dict[str | bytes, int] = {}

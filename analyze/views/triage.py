@@ -43,6 +43,8 @@ class TriageRow:
     gpus: int | None
     acceptance: float | str | None  # "synthetic" where the server chose what was accepted
     failure: str = ""  # the failure's own words where they tell one bug from another (Match.identity)
+    # what the verdict stands on (analyze/reader/proof.py): log, runtime, prose; None: no failure and no log line
+    proof: str | None = None
     cluster: int = 0
     source: str = ""
     error: str = ""  # the one-line reason a log could not be read (then the rest is empty)
@@ -50,7 +52,7 @@ class TriageRow:
     warnings: tuple[str, ...] = ()
 
 
-COLUMNS = ("cluster", "report", "signature", "side", "key", "kind", "seq_id", "x", "y", "position_errors",
+COLUMNS = ("cluster", "report", "signature", "side", "key", "kind", "proof", "seq_id", "x", "y", "position_errors",
            "failures", "spec_type", "build", "gpus", "acceptance", "failure")
 
 
@@ -77,7 +79,8 @@ def triage_row(source: str, read: Callable[[str], ParseResult] | None = None) ->
         x=v.last_pos, y=v.batch_start, position_errors=int(v.n_position_errors), failures=len(result.errors),
         spec_type=m.env.spec_type, build=m.env.build, gpus=m.env.n_gpus or None,
         acceptance="synthetic" if (v.acceptance or {}).get("synthetic") else (v.acceptance or {}).get("rate"),
-        failure=m.match.identity, source=source, truncated=result.truncated, warnings=tuple(result.warnings),
+        failure=m.match.identity, proof=v.proof, source=source, truncated=result.truncated,
+        warnings=tuple(result.warnings),
     )
 
 

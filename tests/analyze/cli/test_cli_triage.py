@@ -42,18 +42,41 @@ def test_triage_table_exact_output() -> None:
     assert code == 0
     assert out == (
         "4 reports, 3 clusters\n\n"
-        "| cluster | report | signature | side | key | kind | seq_id | x | y | position_errors | failures | spec_type "
-        "| build | gpus | acceptance | failure |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| cluster | report | signature | side | key | kind | proof | seq_id | x | y | position_errors | failures "
+        "| spec_type | build | gpus | acceptance | failure |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         "| 1 | 00\\_beellama-28-multigpu-dflash-seed.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 259 | 1361 | 3 | 3 | draft-dflash | 9459-07ac3cec6 | 2 |  |  |\n"
+        "inconsistent\\_positions | log | 0 | 259 | 1361 | 3 | 3 | draft-dflash | 9459-07ac3cec6 | 2 |  |  |\n"
         "| 1 | 01\\_beellama-27-dflash-drafter-consecutive.log | stale\\_drafter\\_kv | drafter | consecutive | "
-        "inconsistent\\_positions | 0 | 587 | 641 | 3 | 3 | draft-dflash |  |  |  |  |\n"
+        "inconsistent\\_positions | log | 0 | 587 | 641 | 3 | 3 | draft-dflash |  |  |  |  |\n"
         "| 2 | 13\\_llamacpp-4185-docker-compose-kv-free-space.log | kv\\_cache\\_full | target | no\\_free\\_space | "
-        "kv\\_slot |  |  |  | 0 | 1 |  |  |  |  |  |\n"
+        "kv\\_slot | log |  |  |  | 0 | 1 |  |  |  |  |  |\n"
         "| 3 | 16\\_club3090-1106-deepseek-draft-acceptance-OK.log | healthy\\_speculative | unknown |  | "
-        "draft\\_stats\\_only |  |  |  | 0 | 0 |  |  |  | 74.0% |  |\n"
+        "draft\\_stats\\_only | log |  |  |  | 0 | 0 |  |  |  | 74.0% |  |\n"
     )
+
+
+def test_triage_table_says_what_each_verdict_stands_on(tmp_path: Path) -> None:
+    """The `proof` column (issue 36): `runtime` for a wrapper's own log words (ollama's runner line), `prose` for
+    the issue's one sentence, and empty where there is neither a failure nor a log line."""
+    (tmp_path / "prose.md").write_text("The model crashes after a few requests.\n", encoding="utf-8")
+    (tmp_path / "runtime.log").write_text(
+        "Error: llama runner process has terminated: signal: aborted (core dumped)\n", encoding="utf-8")
+    (tmp_path / "nothing.txt").write_text("Thanks, I will try the new build tomorrow.\n", encoding="utf-8")
+    code, out, _ = run("triage", "--table", *(str(tmp_path / n) for n in ("prose.md", "runtime.log", "nothing.txt")))
+    assert code == 0
+    assert out == (
+        "3 reports, 3 clusters\n\n"
+        "| cluster | report | signature | side | key | kind | proof | seq_id | x | y | position_errors | failures "
+        "| spec_type | build | gpus | acceptance | failure |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| 1 | prose.md | told\\_in\\_prose | unknown | other | other | prose |  |  |  | 0 | 1 |  |  |  |  |  |\n"
+        "| 2 | runtime.log | abort\\_outside\\_speculation | target | concept\\_crash\\_signal | other | runtime |  |  |  "
+        "| 0 | 1 |  |  |  |  | concept\\_crash\\_signal |\n"
+        "| 3 | nothing.txt | unclassified | unknown | no\\_log | no\\_log |  |  |  |  | 0 | 0 |  |  |  |  |  |\n"
+    )
+    code, csv_out, _ = run("triage", "--csv", str(tmp_path / "runtime.log"))
+    assert code == 0 and next(csv.DictReader(io.StringIO(csv_out)))["proof"] == "runtime"
 
 
 def test_triage_table_over_the_corpus_folder_clusters_each_bug() -> None:
