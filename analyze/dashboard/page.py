@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -373,13 +374,13 @@ def chart_controls(op: Opened, opening: ChartModel, key: str) -> tuple[ChartMode
     lo, hi = model.x_extent
     # The chosen range lives under its own key: the slider's bounds grow with a followed log (a new widget
     # each time), and a range the user chose stays; the whole range follows the log as it grows.
-    zoom_key = f"zoom-{key}-{model.seq_id}"
+    zoom_at = zoom_key(key, model.seq_id)
     div = model.divergence(tol)
     if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
-        st.session_state[zoom_key] = _around(div.x, lo, hi, 0.08, axis)
+        st.session_state[zoom_at] = _around(div.x, lo, hi, 0.08, axis)
     err = model.first_error
     if st.session_state.pop(f"jump-error-{key}", False) and err is not None and np.isfinite(err.x):
-        st.session_state[zoom_key] = _around(err.x, lo, hi, 0.04, axis)
+        st.session_state[zoom_at] = _around(err.x, lo, hi, 0.04, axis)
     fmt = None
     step: float
     if axis.kind == "line":
@@ -387,12 +388,15 @@ def chart_controls(op: Opened, opening: ChartModel, key: str) -> tuple[ChartMode
     else:
         step = max((hi - lo) / 1000, 1e-6)
         fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
-    zoom = st.session_state.get(zoom_key)
+    zoom = st.session_state.get(zoom_at)
+    if zoom is not None and c1.button("Whole log", key=f"whole-{key}", help="Undo the zoom (a range dragged "
+                                      "across the chart, the slider's, or a jump)"):
+        zoom = st.session_state[zoom_at] = None
     value = (max(lo, zoom[0]), min(hi, zoom[1])) if zoom is not None and zoom[0] < hi else (lo, hi)
     slider_key = f"range-{key}-{model.seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
     rng = cast(tuple[float, float], c3.slider(
         axis.title, min_value=lo, max_value=hi, value=value, step=step, key=slider_key, format=fmt,
-        on_change=_keep_zoom, args=(slider_key, zoom_key, (lo, hi)),
+        on_change=_keep_zoom, args=(slider_key, zoom_at, (lo, hi), value),
     ))  # fmt: skip
     return model, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
 
@@ -403,9 +407,30 @@ def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[
     return (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
 
 
-def _keep_zoom(slider_key: str, zoom_key: str, full: tuple[float, float]) -> None:
+def zoom_key(key: str, seq_id: int | None) -> str:
+    """Where a view's chosen x range lives (the range slider and a range dragged in the chart): one per source
+    and sequence, so it stays while a followed log grows and when the rest of a first open arrives."""
+    return f"zoom-{key}-{seq_id}"
+
+
+def _zoom_from_chart(chart_key: str, zoom_at: str, axis: XAxis) -> None:
+    """A range dragged across the position chart (a box selection) becomes the view's zoom. A cleared selection
+    changes nothing: the browser clears it by itself when it draws the zoomed figure, so it does not say the
+    user wants the whole log back (the range slider and "Whole log" do)."""
+    event = st.session_state.get(chart_key)
+    boxes = event.get("selection", {}).get("box", []) if event is not None else []
+    xs = [float(x) for x in boxes[0].get("x", [])] if boxes else []
+    if len(xs) != 2 or not all(np.isfinite(xs)) or xs[0] == xs[1]:
+        return
+    lo, hi = min(xs), max(xs)
+    st.session_state[zoom_at] = (int(np.floor(lo)), int(np.ceil(hi))) if axis.kind == "line" else (lo, hi)
+
+
+def _keep_zoom(slider_key: str, zoom_at: str, full: tuple[float, float], shown: tuple[float, float]) -> None:
     chosen = tuple(st.session_state[slider_key])
-    st.session_state[zoom_key] = None if chosen == full else chosen
+    if chosen == tuple(shown):  # a new slider (the log grew) reporting the value it was drawn with
+        return
+    st.session_state[zoom_at] = None if chosen == full else chosen
 
 
 _FILTERS = {
@@ -568,10 +593,18 @@ def _chart_panel(s: Shown) -> None:
             )
             _acceptance_chart(result, s.key)
         return
-    fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=s.x_range, tolerance=s.tolerance,
+    x_range = s.x_range
+    if s.run == FIRST:  # no controls yet: a range chosen in the chart before (a redraw's) is drawn all the same
+        x_range = st.session_state.get(zoom_key(s.key, model.seq_id))
+    fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=x_range, tolerance=s.tolerance,
                           max_points=FIRST_MAX_POINTS if s.run == FIRST else DEFAULT_MAX_POINTS)
-    fig.update_layout(uirevision=f"{s.key}-{model.seq_id}")  # a zoom made in the chart stays while the log grows
-    st.plotly_chart(fig, key=f"pos-{s.key}", config={"displaylogo": False})
+    # Dragging across the chart chooses the range to zoom into, held on the server (the range slider's own
+    # key): every redraw is a new figure, which the browser draws afresh, so a zoom kept only there would be
+    # lost each second under --follow and when the rest of a first open arrives. Double-click: the whole log.
+    fig.update_layout(uirevision=f"{s.key}-{model.seq_id}", dragmode="select", selectdirection="h")
+    chart_key = f"pos-{s.key}"
+    st.plotly_chart(fig, key=chart_key, config={"displaylogo": False}, selection_mode="box",
+                    on_select=partial(_zoom_from_chart, chart_key, zoom_key(s.key, model.seq_id), model.axis))
 
 
 def _acceptance_chart(result: ParseResult, key: str) -> bool:
