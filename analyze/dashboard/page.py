@@ -50,6 +50,7 @@ from kvtrace.analyze.views.report import escape, headline, markdown_report, what
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
+    from streamlit.runtime.uploaded_file_manager import UploadedFile
 
     from kvtrace.analyze import ParseResult
     from kvtrace.analyze.reader.records import Meta
@@ -121,6 +122,12 @@ def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str
         return analyze.parse(_data, name=_name), None
     except analyze.InputError as exc:
         return None, str(exc)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _upload_digest(file_id: str, _upload: UploadedFile) -> str:
+    """sha256 of an upload's bytes where Streamlit holds them (no copy), once per upload (`file_id`)."""
+    return hashlib.sha256(_upload.getbuffer()).hexdigest()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -215,6 +222,8 @@ def gather_sources(widgets: bool = True) -> tuple[list[Source], list[str]]:
     opened_path = os.environ.get(OPEN_ENV, "").strip()
     if opened_path and os.environ.get(FOLLOW_ENV) == "1":
         followed = live_source(opened_path)
+        if not widgets:
+            return [followed], problems
         sources.append(followed)
         st.sidebar.caption("Following, from the command line:")
         st.sidebar.code(followed.path or "", language=None)
@@ -239,11 +248,11 @@ def gather_sources(widgets: bool = True) -> tuple[list[Source], list[str]]:
         "the file is read where it is and never uploaded."
     )
     for up in uploads or []:
-        data = up.getvalue()
-        if len(data) > limit * 1024 * 1024:
+        if up.size > limit * 1024 * 1024:
             problems.append(f"{up.name} is over the {limit} MB upload limit: run kvtrace dashboard {up.name} instead")
             continue
-        sources.append(Source(up.name, _sha256(data), data=data))
+        # the bytes as Streamlit holds them: the parse streams through them (a .gz unpacked as it is read)
+        sources.append(Source(up.name, _upload_digest(up.file_id, up), data=up.getvalue()))
     pasted = st.sidebar.text_area("...or paste a bug report's text", height=120, key="paste")
     if pasted.strip():
         data = pasted.encode("utf-8", "replace")
@@ -810,9 +819,42 @@ def _in_a_browser() -> bool:
 
 
 def _chart_first() -> bool:
-    """A browser's first run with the path on the command line open (not followed): the chart goes first."""
-    return (bool(os.environ.get(OPEN_ENV, "").strip()) and os.environ.get(FOLLOW_ENV) != "1"
-            and "opened" not in st.session_state and _in_a_browser())
+    """A browser's first run with the path on the command line open, followed or not: the chart goes first."""
+    return bool(os.environ.get(OPEN_ENV, "").strip()) and "opened" not in st.session_state and _in_a_browser()
+
+
+def _rest_later() -> None:
+    """After a run that drew the chart alone: the browser's timer asks for the rest of the page."""
+    _rest_of_the_page()
+    now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
+    st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
+
+
+def _follow_first(src: Source, head: Slots) -> bool:
+    """A browser's first run on a followed log: the chart of what is read so far, alone, in `head`; False
+    (and the frame cleared) when there is nothing to draw yet, and the page is drawn whole."""
+    st.session_state["opened"] = src.digest
+    state = _follower(src.path or "").poll()
+    result = state.result
+    if result is None or result.verdict.kind == "no_log":
+        head.chart.empty()
+        return False
+    # the axis each view of it uses: the live view the log's own clock, the finished page the capture's
+    axis = capture_axis(src, result) if state.ended else chart_axis(result)
+    draw_panels(Shown.of(Opened(src, result, None), FIRST, axis), panels_for(FIRST), head)
+    return True
+
+
+def _upload_first(src: Source) -> bool:
+    """An upload (or a paste) shown for the first time in a browser: drawn chart first, as a path is (the
+    sidebar's widgets are drawn all the same: the upload lives in one of them)."""
+    if src.data is None or not _in_a_browser():
+        return False
+    charted: set[str] = st.session_state.setdefault("charted", set())
+    if src.digest in charted:
+        return False
+    charted.add(src.digest)
+    return True
 
 
 @st.fragment(run_every=REST_TICK_S)
@@ -866,6 +908,8 @@ def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
     first = _chart_first()
+    if not first:
+        st.session_state.pop(REST_KEY, None)  # a whole page: no timer is waiting to draw it
     # on a first open the chart's frame goes before the file is even hashed (a 124 MB log: 0.2-0.3 s)
     head = _head_of(Path(os.environ[OPEN_ENV].strip()).expanduser().name, waiting=True) if first else None
     sources, problems = gather_sources(widgets=not first)
@@ -879,12 +923,17 @@ def main() -> None:
             "Open a llama.cpp log on the left: upload it, paste a bug report's text, or pick a captured session "
             "or a bundled sample. Big local logs: `kvtrace dashboard PATH`."
         )
+        if _in_a_browser() and not os.environ.get(OPEN_ENV, "").strip():
+            # the chart's empty frame, so the browser loads its chart library while the user picks a log
+            st.plotly_chart(waiting_figure("the position chart of the log you open"), key="waiting",
+                            config={"displaylogo": False})
         return
-    if first:
-        show_log(sources[0], FIRST, slots=head)
-        _rest_of_the_page()
-        now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
-        st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
+    if first and head is not None:
+        if not sources[0].live:
+            show_log(sources[0], FIRST, slots=head)
+        elif not _follow_first(sources[0], head):
+            st.rerun()  # nothing read yet: the whole page, which says so
+        _rest_later()
         return
     names = [s.name for s in sources]
     _show_newest(sources)
@@ -898,6 +947,10 @@ def main() -> None:
         st.sidebar.caption("To compare, open a second log: upload, paste or pick one above.")
     src = sources[pick]
     compare_with = sources[cmp_pick] if cmp_pick is not None else None
+    if _upload_first(src):
+        show_log(src, FIRST)
+        _rest_later()
+        return
     if src.live:
         state = _follower(src.path or "").poll()
         if not state.ended:

@@ -34,12 +34,12 @@ pytestmark = [
 
 
 @contextmanager
-def _dashboard(path: Path, name: str, *flags: str) -> Iterator[str]:
-    """`kvtrace dashboard PATH [flags]` as a user runs it; stopped by SIGTERM."""
+def _dashboard(path: Path | None, name: str, *flags: str) -> Iterator[str]:
+    """`kvtrace dashboard [PATH] [flags]` as a user runs it; stopped by SIGTERM."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_OPEN", "KVTRACE_FOLLOW")}
     with open(ARTIFACTS / f"{name}.log", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "kvtrace.analyze", "dashboard", str(path), *flags, "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "kvtrace.analyze", "dashboard", *([str(path)] if path else []), *flags, "--port",
                                  str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
@@ -197,3 +197,59 @@ def test_a_range_dragged_in_the_chart_survives_every_redraw_under_follow(tmp_pat
         stop.set()
         if writer.is_alive():
             writer.join(timeout=10)
+
+
+def _no_metric_yet(page: Any) -> bool:
+    return bool(page.evaluate("() => document.querySelector(\"[data-testid='stMetric']\") === null"))
+
+
+def _drag_before_the_rest(page: Any, name: str) -> None:
+    """The chart drawn first, a range dragged across it before the rest of the page is there; once the rest has
+    come (the verdict, the tables), the chart shows that range, and so does the range slider."""
+    page.wait_for_selector(f"{CHART} .scatterlayer .trace .js-line", state="attached", timeout=120_000)
+    assert _no_metric_yet(page), "the rest of the page came with the chart: nothing to drag before it"
+    want = _drag(page, (0.4, 0.7))  # the range chosen asks for the whole page at once
+    page.get_by_text("Verdict: inconsistent positions").wait_for(timeout=60_000)
+    page.wait_for_selector("[data-testid='stDataFrame']", state="attached", timeout=60_000)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=60_000)
+    now = _chart(page)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert now is not None and _near(now["range"], want), (want, now)
+    assert page.get_by_role("button", name="Whole log").count() == 1  # the zoom is the page's, not the chart's
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_a_range_dragged_in_the_first_second_of_a_path_open_survives_the_rest_of_the_page() -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    ARTIFACTS.mkdir(exist_ok=True)
+    with _dashboard(STALE.parent, "zoom-first-dashboard") as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1600})
+            page.goto(url, wait_until="domcontentloaded")
+            _drag_before_the_rest(page, "zoom-first-path")
+        finally:
+            browser.close()
+
+
+def test_an_upload_is_drawn_chart_first_and_a_range_dragged_then_survives() -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.analyze.dashboard.test_browser import FIRST_SEEN
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    ARTIFACTS.mkdir(exist_ok=True)
+    with _dashboard(None, "zoom-upload-dashboard") as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1600})
+            page.add_init_script(FIRST_SEEN)
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(STALE)])
+            _drag_before_the_rest(page, "zoom-first-upload")
+            seen = page.evaluate("window.__firstSeen")
+            assert seen["chart"] < min(seen["metric"], seen["table"]), seen  # the chart came first
+        finally:
+            browser.close()

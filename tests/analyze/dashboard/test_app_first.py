@@ -1,0 +1,105 @@
+"""Uploads and followed logs drawn chart first in a browser, as a path opened on the command line is: the run
+that first shows a log sends its position chart and no other kind of element in the main area; the run the
+browser's timer asks for (a plain rerun here: AppTest has no timer) draws the whole page around it.
+
+Through Streamlit's AppTest with the page told a browser is on the other end (AppTest sends no headers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvtrace.analyze.dashboard.launch import FOLLOW_ENV, OPEN_ENV
+
+ROOT = Path(__file__).resolve().parents[3]
+APP = str(ROOT / "app.py")
+STALE = ROOT / "samples" / "stale-drafter"
+
+
+@pytest.fixture(autouse=True)
+def _in_a_browser(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtrace.analyze.dashboard import page
+
+    monkeypatch.delenv(OPEN_ENV, raising=False)
+    monkeypatch.delenv(FOLLOW_ENV, raising=False)
+    monkeypatch.setattr(page, "_in_a_browser", lambda: True)
+
+
+def _names(at: AppTest, index: int = 0) -> set[str]:
+    return {d.get("name") for d in json.loads(at.get("plotly_chart")[index].proto.spec)["data"]}
+
+
+def _texts(at: AppTest) -> str:
+    return "\n".join([m.value for m in at.markdown] + [s.value for s in at.subheader] + [c.value for c in at.caption])
+
+
+def test_an_upload_is_drawn_chart_first_then_the_whole_page() -> None:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    # Nothing open yet: the chart's empty frame, so the browser loads the chart library while the user picks.
+    assert len(at.get("plotly_chart")) == 1 and not _names(at) - {None}
+    at.sidebar.file_uploader[0].set_value([("raw.log", (STALE / "raw.log").read_bytes(), "text/plain")])
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1 and {"target", "drafter"} <= _names(at)
+    assert not at.metric and not at.main.selectbox and not at.slider and not at.get("dataframe") and not at.code
+    assert at.sidebar.file_uploader and at.sidebar.selectbox(key="session")  # the upload lives in the sidebar
+    first = at.get("plotly_chart")[0]
+    assert "Verdict: inconsistent positions" not in _texts(at)
+    at.run()
+    assert not at.exception
+    assert "Verdict: inconsistent positions" in _texts(at)
+    assert at.metric and at.get("dataframe") and at.slider
+    chart = at.get("plotly_chart")[0]
+    assert chart.proto.spec == first.proto.spec and chart.proto.id == first.proto.id  # the same chart, kept
+    at.run()  # later runs are whole pages
+    assert at.metric and "Verdict: inconsistent positions" in _texts(at)
+
+
+def test_a_followed_finished_capture_is_drawn_chart_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(OPEN_ENV, str(STALE))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1 and {"target", "drafter"} <= _names(at)
+    assert not at.metric and not at.selectbox and not at.slider and not at.get("dataframe") and not at.code
+    assert not at.sidebar.file_uploader and not at.sidebar.text_area
+    at.run()
+    assert not at.exception
+    assert "The capture has ended" in "\n".join(s.value for s in at.success)
+    assert at.metric and at.get("dataframe") and at.sidebar.file_uploader
+
+
+def test_a_followed_live_log_is_drawn_chart_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lines = (STALE / "raw.log").read_bytes().splitlines(keepends=True)
+    log = tmp_path / "live.log"  # a plain log still written: it never ends
+    log.write_bytes(b"".join(lines[: len(lines) // 2]))
+    monkeypatch.setenv(OPEN_ENV, str(log))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1 and {"target", "drafter"} <= _names(at)
+    assert not at.metric and not at.selectbox and not at.get("dataframe")
+    at.run()
+    assert not at.exception
+    assert "while it is written" in _texts(at)  # the live view, with its counters
+    assert at.metric and at.sidebar.file_uploader
+
+
+def test_a_followed_log_with_nothing_yet_gives_the_whole_page(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    session.mkdir()  # a capture that has not written raw.log yet
+    monkeypatch.setenv(OPEN_ENV, str(session))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert any("waiting for the capture to write raw.log" in i.value for i in at.info)
+    assert not at.get("plotly_chart") and at.sidebar.file_uploader
