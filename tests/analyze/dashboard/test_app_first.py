@@ -7,6 +7,7 @@ Through Streamlit's AppTest with the page told a browser is on the other end (Ap
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,42 @@ def test_a_followed_log_with_nothing_yet_gives_the_whole_page(monkeypatch: pytes
     assert not at.exception
     assert any("waiting for the capture to write raw.log" in i.value for i in at.info)
     assert not at.get("plotly_chart") and at.sidebar.file_uploader
+
+
+def test_a_range_chosen_under_follow_stays_as_the_log_grows(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """The range slider's bounds grow with a followed log (a new slider each time): the range chosen stays, on the
+    slider and on the chart (a range dragged across the chart: test_browser_zoom.py)."""
+    from kvtrace.analyze.dashboard import page
+
+    monkeypatch.setattr(page, "_in_a_browser", lambda: False)  # the whole page on every run
+    monkeypatch.setattr(page, "LIVE_INTERVAL_S", 0.1)
+    lines = (STALE / "raw.log").read_bytes().splitlines(keepends=True)
+    log = tmp_path / "grows.log"
+    log.write_bytes(b"".join(lines[: len(lines) // 2]))
+    monkeypatch.setenv(OPEN_ENV, str(log))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    slider = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+    lo, hi = slider.min, slider.max
+    chosen = (lo + (hi - lo) * 0.25, lo + (hi - lo) * 0.5)
+    slider.set_value(chosen)
+    at.run()
+
+    def shown() -> tuple[tuple[float, float], list[float]]:
+        s = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+        spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+        return (float(s.value[0]), float(s.value[1])), [float(x) for x in spec["layout"]["xaxis"]["range"]]
+
+    first_value, _ = shown()
+    with log.open("ab") as fh:
+        fh.write(b"".join(lines[len(lines) // 2:]))
+    time.sleep(1.5)  # the follower's next snapshot is due
+    at.run()
+    assert not at.exception
+    grown = next(s for s in at.slider if s.key and s.key.startswith("range-"))
+    assert grown.max > hi  # the log grew: a new slider with new bounds
+    value, drawn = shown()
+    assert value == first_value and drawn == pytest.approx(list(first_value))
