@@ -155,6 +155,17 @@ def _serve(cmd: list[str], env: dict[str, str], port: int, cwd: Path = ROOT) -> 
     raise SystemExit(f"the server on port {port} did not come up")
 
 
+def _packages_of(checkout: Path, tmp: Path) -> Path:
+    """A folder whose `kvtrace` is `checkout`'s analyze/ and capture/ (what package-dir maps), for PYTHONPATH."""
+    shim = tmp / f"packages-{abs(hash(str(checkout.resolve())))}"
+    (shim / "kvtrace").mkdir(parents=True, exist_ok=True)
+    for name in ("analyze", "capture"):
+        link = shim / "kvtrace" / name
+        if not link.is_symlink():
+            link.symlink_to(checkout.resolve() / name, target_is_directory=True)
+    return shim
+
+
 def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, checkout: Path = ROOT) -> float:
     """One first open on a server just started: seconds from page.goto to a drawn line of the first chart.
     `checkout`: whose page is served (another checkout's runs from its own folder, so its packages come first)."""
@@ -172,6 +183,8 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, ch
     else:
         cmd = streamlit_command("127.0.0.1", port)
         cmd[cmd.index("run") + 1] = str(checkout / "analyze" / "dashboard" / "app.py")
+        if checkout != ROOT:  # its own packages: the venv's editable install maps kvtrace to this checkout
+            env["PYTHONPATH"] = str(_packages_of(checkout, floor_script.parent))
         if kind in ("path", "follow") and arg is not None:
             env["KVTRACE_OPEN"] = str(arg.resolve())
             if kind == "follow":
@@ -245,7 +258,8 @@ def main() -> None:
     ap.add_argument("--gz", type=Path, help="with --floor: a .gz to upload (default: --capture)")
     ap.add_argument("--turns", type=int, default=3, help="with --floor: runs of each page (default 3)")
     ap.add_argument("--before", type=Path, help="with --floor: another checkout (say `git worktree add ../before "
-                    "main`) whose pages are measured in the same turns, each right before this checkout's")
+                    "main`, its reader's C extension built or copied in) whose pages are measured in the same turns, "
+                    "each right before this checkout's, its packages first on PYTHONPATH")
     ap.add_argument("--only", nargs="+", choices=["path", "follow", "upload"],
                     help="with --floor: only these of kvtrace's pages (default: all); the small and the big log "
                     "are both opened for `path`")
