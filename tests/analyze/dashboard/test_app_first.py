@@ -143,3 +143,41 @@ def test_a_range_chosen_under_follow_stays_as_the_log_grows(monkeypatch: pytest.
     assert grown.max > hi  # the log grew: a new slider with new bounds
     value, drawn = shown()
     assert value == first_value and drawn == pytest.approx(list(first_value))
+
+
+def test_the_sequence_chosen_under_follow_stays_as_the_log_grows(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """A real two-slot llama-server capture followed while it is written: the slot picked stays picked, and
+    charted, after the log grows."""
+    import gzip
+
+    from kvtrace.analyze.dashboard import page
+
+    monkeypatch.setattr(page, "_in_a_browser", lambda: False)
+    monkeypatch.setattr(page, "LIVE_INTERVAL_S", 0.1)
+    capture = ROOT / "tests" / "fixtures" / "server" / "b11434-draft-simple-2slots-head.log.gz"
+    raw = gzip.decompress(capture.read_bytes())
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    log = tmp_path / "two-slots.log"
+    log.write_bytes(raw[:cut])
+    monkeypatch.setenv(OPEN_ENV, str(log))
+    monkeypatch.setenv(FOLLOW_ENV, "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    picker = next(s for s in at.selectbox if s.key and s.key.startswith("seq-"))
+    other = next(o for o in picker.options if not o.startswith(str(picker.value)))
+    picker.set_value(int(other.split()[0]))
+    at.run()
+    chosen = next(s for s in at.selectbox if s.key and s.key.startswith("seq-")).value
+    assert str(chosen) == other.split()[0]
+    batches = next(s for s in at.selectbox if s.key and s.key.startswith("seq-")).options
+    with log.open("ab") as fh:
+        fh.write(raw[cut:])
+    time.sleep(1.5)  # the follower's next snapshot is due
+    at.run()
+    assert not at.exception
+    picker = next(s for s in at.selectbox if s.key and s.key.startswith("seq-"))
+    assert picker.value == chosen and picker.options != batches  # the same slot, with more batches now
+    # the chart is of that slot (its view's revision names the sequence it was drawn for)
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["uirevision"].endswith(f"-{chosen}")
