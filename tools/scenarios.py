@@ -46,7 +46,7 @@ class Scenario:
     """One real server setup and the traffic it gets."""
 
     name: str
-    spec_type: str  # llama-server --spec-type
+    spec_type: str  # llama-server --spec-type (a comma-separated list takes several); AUTO: no --spec-type at all
     args: tuple[str, ...] = ()  # more server flags
     requests: int = 6
     concurrency: int = 2
@@ -63,12 +63,35 @@ class Scenario:
     recurrent_drafter: bool = False  # the tiny Mamba drafter (capture/models.py) as draft-simple's
     repeating_first: int = 0  # the first N requests get the prompt that repeats itself, the rest prose
     hot_from: int = 0  # requests from this index on sample at HOT_TEMPERATURE (the client's change, not a fault)
+    auto_drafter: str = ""  # with AUTO: the type whose drafter file is loaded, the type itself left to the server
+    draft_n_max: int = 3  # --spec-draft-n-max (types with a drafter)
+    timings_per_token: bool = False  # every streamed chunk carries the request's timings so far
+    log_jsonl: bool = False  # --log-jsonl: the server writes its log as JSON objects on stdout
+    # requests in pairs on two slots through the server's own /completion, the second sending the first's prompt
+    # and answer as token ids: ngram-cache indexes a prompt, not what is generated, so only then does it draft
+    echo: bool = False
+    trace: bool = True  # LLAMA_TRACE=1: the server prints every verify step (without it, only -v's wording)
     about: str = ""
 
     @property
     def drafter(self) -> str | None:
         """Which drafter model file the spec type needs: the llama pair's, an upstream arch, or none."""
-        return {"draft-simple": "simple", "draft-dflash": "dflash", "draft-eagle3": "eagle3"}.get(self.spec_type)
+        types = [self.auto_drafter] if self.spec_type == AUTO else self.spec_type.split(",")
+        return next((_DRAFTERS[t] for t in types if t in _DRAFTERS), None)
+
+    @property
+    def expected_type(self) -> str:
+        """The type the server runs, in llama.cpp's names: the one with a drafter context of a list (the reader's
+        choice, analyze/reader/spec.py), and for AUTO what b11434 detects: DFlash from a `dflash` drafter, nothing
+        from any other (`no implementations specified for speculative decoding`)."""
+        if self.spec_type == AUTO:
+            return "draft-dflash" if self.auto_drafter == "draft-dflash" else "none"
+        types = self.spec_type.split(",")
+        return next((t for t in types if not t.startswith("ngram")), types[0])
+
+
+AUTO = "auto"  # the type left to the server (no --spec-type); tests/fixtures/scenarios/index.json says so too
+_DRAFTERS = {"draft-simple": "simple", "draft-dflash": "dflash", "draft-eagle3": "eagle3"}
 
 
 # A sampling temperature at which the tiny target's tokens are close to random: drafts stop matching them.
@@ -87,6 +110,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="upstream DFlash, two slots"),
     Scenario("draft-eagle3-1slot", "draft-eagle3", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
              about="upstream EAGLE3"),
+    # b11434 tags every slot's `[embd]` drafter batches as sequence 0: the reader takes the drafter's sequence
+    # from the slot that drafted
+    Scenario("draft-eagle3-2slots", "draft-eagle3", ("-c", "1024", "-np", "2"), requests=4, concurrency=2,
+             about="upstream EAGLE3, two slots"),
+    Scenario("draft-eagle3-3slots", "draft-eagle3", ("-c", "1536", "-np", "3"), requests=6, concurrency=3,
+             about="upstream EAGLE3, three slots"),
     Scenario("ngram-mod-2slots", "ngram-mod", ("-c", "1024", "-np", "2"), requests=6, concurrency=2,
              about="n-gram self-speculation, no drafter model"),
     Scenario("ngram-simple-1slot", "ngram-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
@@ -101,6 +130,45 @@ SCENARIOS: tuple[Scenario, ...] = (
                                                  "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "4"),
              requests=8, concurrency=2, max_tokens=160, long_prompts=True,
              about="ngram-mod that drafts on two slots: repeating prompts, 2-token matches"),
+    Scenario("ngram-map-k-drafting", "ngram-map-k", ("-c", "2048", "-np", "1", "--spec-ngram-map-k-size-n", "2",
+                                                   "--spec-ngram-map-k-size-m", "4"),
+             requests=3, concurrency=1, max_tokens=96, repeating_first=2,
+             about="ngram-map-k that drafts: two repeating prompts, then prose; 2-token keys"),
+    Scenario("ngram-map-k4v-drafting", "ngram-map-k4v", ("-c", "2048", "-np", "1", "--spec-ngram-map-k4v-size-n", "2",
+                                                       "--spec-ngram-map-k4v-size-m", "4"),
+             requests=3, concurrency=1, max_tokens=96, repeating_first=2,
+             about="ngram-map-k4v that drafts: two repeating prompts, then prose; 2-token keys"),
+    Scenario("ngram-cache-drafting", "ngram-cache", ("-c", "2048", "-np", "2"),
+             requests=4, concurrency=1, max_tokens=64, repeating_first=1, echo=True,
+             about="ngram-cache (the lookup cache) that drafts: answers sent back as a prompt on the other slot"),
+    # several types at once: b11434 asks the n-gram one first and the drafter when it finds nothing
+    Scenario("combined-ngram-simple-draft-simple", "ngram-simple,draft-simple",
+             ("-c", "2048", "-np", "1", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4"),
+             requests=3, concurrency=1, max_tokens=96, repeating_first=1,
+             about="two types, comma-combined: ngram-simple drafts where the text repeats, the drafter elsewhere"),
+    # no --spec-type: b11434 picks the type from the drafter file, and only a DFlash one names a type
+    Scenario("auto-dflash-drafter", AUTO, ("-c", "512", "-np", "1"), requests=3, concurrency=1,
+             auto_drafter="draft-dflash", about="no --spec-type, a DFlash drafter: the server detects draft-dflash"),
+    Scenario("auto-plain-drafter", AUTO, ("-c", "512", "-np", "1"), requests=3, concurrency=1,
+             auto_drafter="draft-simple",
+             about="no --spec-type, a plain drafter: the server chooses no type and nothing drafts"),
+    # draft sizes other than the default 3
+    Scenario("draft-simple-n-max-1", "draft-simple", ("-c", "512", "-np", "1"), requests=3, concurrency=1,
+             draft_n_max=1, about="--spec-draft-n-max 1: one token a draft"),
+    Scenario("draft-simple-n-max-8", "draft-simple", ("-c", "512", "-np", "1"), requests=3, concurrency=1,
+             draft_n_max=8, about="--spec-draft-n-max 8"),
+    Scenario("draft-simple-n-max-16", "draft-simple", ("-c", "512", "-np", "1"), requests=3, concurrency=1,
+             draft_n_max=16, about="--spec-draft-n-max 16"),
+    Scenario("draft-simple-timings-per-token", "draft-simple", ("-c", "512", "-np", "1"), requests=3,
+             concurrency=1, timings_per_token=True,
+             about="streams with timings_per_token: every chunk carries the request's counts so far"),
+    # llama.cpp's JSON log, one run per type the embedded engine runs too: each reads as its text twin (-1slot)
+    Scenario("draft-simple-jsonl", "draft-simple", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
+             log_jsonl=True, about="draft-simple-1slot with --log-jsonl"),
+    Scenario("draft-dflash-jsonl", "draft-dflash", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
+             log_jsonl=True, about="draft-dflash-1slot with --log-jsonl"),
+    Scenario("draft-eagle3-jsonl", "draft-eagle3", ("-c", "512", "-np", "1"), requests=4, concurrency=1,
+             log_jsonl=True, about="draft-eagle3-1slot with --log-jsonl"),
     # many requests on two slots with each its own prompts: the slots' acceptance differs as their prompts do
     Scenario("draft-simple-2slots-long", "draft-simple", ("-c", "2048", "-np", "2"), requests=16, concurrency=2,
              max_tokens=64, about="two slots, sixteen requests: acceptance per slot as the prompts make it"),
@@ -111,6 +179,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              about="prompts and generations longer than the context"),
     Scenario("draft-simple-kv-unified", "draft-simple", ("-c", "1024", "-np", "3", "--kv-unified"),
              requests=6, concurrency=3, about="three slots sharing one unified KV cache"),
+    # every other stream closed after three chunks: a cancelled request prints no per-request line (`stop: cancel
+    # task`), yet /metrics counts its drafts; the log's steps count them
+    Scenario("draft-simple-cancel", "draft-simple", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
+             max_tokens=1500, cancel_after=3, about="draft-simple streams closed mid-draft"),
     # b11434's benchmarking mode: the server, not the drafter, decides how many drafted tokens are accepted
     Scenario("draft-simple-synthetic", "draft-simple", ("-c", "512", "-np", "1", "--spec-synth-len", "2"), requests=4,
              concurrency=1, about="synthetic acceptance (--spec-synth-len 2): the server chooses what is accepted"),
@@ -153,8 +225,6 @@ DESYNC_SEARCH: tuple[Scenario, ...] = (
                                                     "{session}"),
              requests=3, concurrency=1, slot_actions=True, healthy=False,
              about="/slots save, restore and erase between requests"),
-    Scenario("draft-simple-cancel", "draft-simple", ("-c", "2048", "-np", "2"), requests=4, concurrency=2,
-             max_tokens=1500, cancel_after=3, healthy=False, about="draft-simple streams closed mid-draft"),
 )
 BY_NAME.update({s.name: s for s in DESYNC_SEARCH})
 # Not healthy by design: a prompt longer than the context is refused (400), which the reader reports as kv_slot.
@@ -188,6 +258,7 @@ class RequestResult:
     # the response's own count of this request's drafts (`timings` of its last chunk); None when none came
     draft_n: int | None = None
     draft_n_accepted: int | None = None
+    timed_chunks: int = 0  # chunks that carried timings (one, the last, unless timings_per_token)
 
 
 @dataclass(slots=True)
@@ -220,9 +291,12 @@ def server_command(scenario: Scenario, server: Path, port: int, session: Path,
         cmd += ["-md", str(pair.drafter)]
     elif kind is not None:
         cmd += ["-md", str(ensure_upstream_drafter(kind, cache_dir))]
-    cmd += ["--spec-type", scenario.spec_type]
+    if scenario.spec_type != AUTO:
+        cmd += ["--spec-type", scenario.spec_type]
     if kind is not None:
-        cmd += ["--spec-draft-n-max", "3"]
+        cmd += ["--spec-draft-n-max", str(scenario.draft_n_max)]
+    if scenario.log_jsonl:
+        cmd += ["--log-jsonl"]
     if rpc:  # before the flags that name its devices (-devd RPC1): llama.cpp registers them as it parses
         cmd += ["--rpc", rpc]
     cmd += [a.replace("{session}", str(session)) for a in scenario.args]
@@ -256,12 +330,13 @@ def _chat(scenario: Scenario, port: int, i: int) -> RequestResult:
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="kvtrace", max_retries=0, timeout=60.0)
     prompt = _prompt(scenario, i)
     cancel = scenario.cancel_after > 0 and i % 2 == 1
-    chunks = 0
+    chunks = timed = 0
     timings: dict[str, Any] = {}
     try:
         stream = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=scenario.max_tokens,
             temperature=HOT_TEMPERATURE if scenario.hot_from and i >= scenario.hot_from else 0.0, stream=True,
+            extra_body={"timings_per_token": True} if scenario.timings_per_token else None,
         )
         for chunk in stream:
             chunks += 1
@@ -269,11 +344,12 @@ def _chat(scenario: Scenario, port: int, i: int) -> RequestResult:
             extra = getattr(chunk, "timings", None)
             if isinstance(extra, dict):
                 timings = extra
+                timed += 1
             if cancel and chunks >= scenario.cancel_after:
                 stream.close()  # the client goes away mid-generation: the server cancels the task
                 break
         return RequestResult(i, len(prompt), True, chunks, cancel, draft_n=_count(timings.get("draft_n")),
-                             draft_n_accepted=_count(timings.get("draft_n_accepted")))
+                             draft_n_accepted=_count(timings.get("draft_n_accepted")), timed_chunks=timed)
     except OpenAIError as e:
         return RequestResult(i, len(prompt), False, chunks, cancel, " ".join(str(e).split())[:200])
 
@@ -292,7 +368,42 @@ def _slot_action(port: int, action: str) -> None:
             raise RuntimeError(f"/slots {action}: HTTP {r.status_code}: {' '.join(r.text.split())[:160]}")
 
 
+def _complete(port: int, i: int, tokens: list[int], slot: int, max_tokens: int) -> tuple[RequestResult, list[int]]:
+    """One /completion on `slot` (token ids in, token ids out), with the response's own draft counts."""
+    import httpx
+
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/completion", timeout=60.0,
+                       json={"prompt": tokens, "n_predict": max_tokens, "temperature": 0.0, "id_slot": slot,
+                             "return_tokens": True})
+        r.raise_for_status()
+        body = r.json()
+    except (httpx.HTTPError, ValueError) as e:
+        return RequestResult(i, len(tokens), False, 0, False, " ".join(str(e).split())[:200]), []
+    timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
+    out = [t for t in body.get("tokens") or [] if isinstance(t, int)]
+    return RequestResult(i, len(tokens), True, 1, False, draft_n=_count(timings.get("draft_n")),
+                         draft_n_accepted=_count(timings.get("draft_n_accepted")), timed_chunks=1), out
+
+
+def _echo(scenario: Scenario, port: int) -> list[RequestResult]:
+    """Pairs: a prompt on slot 0, then its prompt and answer on slot 1 (the model goes on with its own loop)."""
+    import httpx
+
+    results: list[RequestResult] = []
+    for i in range(0, scenario.requests, 2):
+        text = LONG_PROMPT if i < scenario.repeating_first else PROMPTS[i % len(PROMPTS)]
+        tokens = httpx.post(f"http://127.0.0.1:{port}/tokenize", json={"content": text}, timeout=30.0).json()["tokens"]
+        first, answer = _complete(port, i, tokens, 0, scenario.max_tokens)
+        results.append(first)
+        if i + 1 < scenario.requests:
+            results.append(_complete(port, i + 1, tokens + answer, 1, scenario.max_tokens)[0])
+    return results
+
+
 def _drive(scenario: Scenario, port: int) -> list[RequestResult]:
+    if scenario.echo:
+        return _echo(scenario, port)
     results: list[RequestResult] = []
     with ThreadPoolExecutor(max_workers=scenario.concurrency) as pool:
         if scenario.slot_actions:
@@ -351,8 +462,9 @@ def run_scenario(scenario: Scenario, session: Path, server: Path, *, limit: floa
         except RpcError as e:
             return ScenarioRun(scenario.name, session, False, str(e), round(time.monotonic() - began, 2))
     cmd = server_command(scenario, server, port, session, cache_dir, servers.arg if servers else "")
+    trace = ["--env", "LLAMA_TRACE=1"] if scenario.trace else []
     argv = [sys.executable, "-m", "kvtrace.analyze", "capture", "run", "--quiet", "--timeout", str(limit),
-            "--stop-wait", "5", "--env", "LLAMA_TRACE=1", "--out", str(session), "--", *cmd]
+            "--stop-wait", "5", *trace, "--out", str(session), "--", *cmd]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if log:
         log(f"{scenario.name}: {' '.join(cmd[1:])}")

@@ -21,6 +21,7 @@ from kvtrace.capture.engine.config import (
     require_llama_cpp,
 )
 from kvtrace.capture.engine.lines import FLAVORS
+from kvtrace.capture.engine.llama_log import LOG_FORMATS
 
 if TYPE_CHECKING:
     from kvtrace.capture.engine.records import EngineResult
@@ -77,6 +78,9 @@ def _engine_options(f: Any) -> Any:
                      help="A real drafter GGUF (a dflash model for draft-dflash)."),
         click.option("--log-prefix/--no-log-prefix", default=True, show_default=True,
                      help="The new-scheme `M.SS.mmm.uuu L ` prefix on each log entry."),
+        click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+                     help="raw.log as text, or as the JSON objects llama.cpp's --log-jsonl writes (one per log "
+                     "call; --no-log-prefix then writes `time` 0, as --log-timestamps off does)."),
         click.option("--kv-debug/--no-kv-debug", default=True, show_default=True,
                      help="LLAMA_KV_CACHE_DEBUG=1 (find_slot lines); off to measure attribution without it."),
         click.option("--flavor", type=click.Choice(FLAVORS), default="fork", show_default=True,
@@ -127,6 +131,7 @@ def _config(kw: dict[str, Any]) -> EngineConfig:
         target=kw["target"],
         drafter=kw["drafter"],
         log_prefix=kw["log_prefix"],
+        log_format=kw["log_format"],
         kv_debug=kw["kv_debug"],
         flavor=kw["flavor"],
         drafting=kw["drafting"],
@@ -229,6 +234,7 @@ def engine_cmd(as_json: bool, out: Path | None, **kw: Any) -> None:
       kvtrace capture engine --spec-type draft-simple --drafting chain --flavor upstream
       kvtrace capture engine --requests 4 --cycles 250 --json          # 1,000 cycles
       kvtrace capture engine --no-kv-debug --no-log-prefix --flavor fork-v0.2
+      kvtrace capture engine --fault stale-drafter --log-format jsonl
       kvtrace capture engine --devices 2 --tensor-split 1,1 --draft-device RPC1
       kvtrace capture engine --target t.gguf --drafter d.gguf -ngl 99 --tensor-split 1,1
     """
@@ -272,7 +278,10 @@ def _dashboard_ready() -> bool:
 @click.option("--devices", type=click.IntRange(0, MAX_DEVICES), default=0, show_default=True,
               help="Run on N llama.cpp RPC devices on loopback: the target split by layer over all of them, the "
               "drafter on the last (the seed report's multi-GPU layout on one CPU).")
-def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None, devices: int) -> None:
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="raw.log as text, or as the JSON objects llama.cpp's --log-jsonl writes.")
+def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | None, devices: int,
+                 log_format: str) -> None:
     """See the drafter-KV failure for real in a minute: no GPU, no download.
 
     Generates a tiny target and a tiny DFlash drafter, runs real llama.cpp speculative decoding
@@ -287,6 +296,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
       kvtrace demo
       kvtrace demo --no-dashboard
       kvtrace demo --devices 2
+      kvtrace demo --no-dashboard --log-format jsonl
       kvtrace demo --out ./demo-session --port 8600
     """
     from kvtrace.capture.models import ensure_upstream_drafter
@@ -304,7 +314,7 @@ def demo_command(no_dashboard: bool, out: Path | None, seed: int, port: int | No
         raise SystemExit(2) from None
     click.echo(f"    {dflash.parent}", err=True)
     click.echo("2/3 capture: real llama.cpp and its DFlash graph, drafter left stale after a reset ...", err=True)
-    config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None))
+    config = EngineConfig(fault="stale-drafter", seed=seed, progress=want_progress(None), log_format=log_format)
     if devices:  # a command's own process names its devices RPC0, RPC1, ... in the order they are registered
         config = replace(config, devices=devices, n_gpu_layers=-1, split_mode="layer", tensor_split=(1.0,) * devices,
                          draft_device=f"RPC{devices - 1}")

@@ -60,7 +60,7 @@ class Acceptance:
         return r.sort_values(["rate", "drafted"], ascending=[True, False], kind="stable").head(n)
 
     def slowest(self, n: int = LISTED) -> pd.DataFrame:
-        """The requests that took longest, first log line to last."""
+        """The requests that took longest, first log line to last (on the log's own clock)."""
         r = self.requests[self.requests["seconds"].notna()]
         return r.sort_values("seconds", ascending=False, kind="stable").head(n)
 
@@ -99,15 +99,20 @@ def _over_time(t: np.ndarray, acc: np.ndarray, drafted: np.ndarray) -> pd.DataFr
 
 
 def _requests(ev: pd.DataFrame, steps: pd.DataFrame, t: pd.Series) -> pd.DataFrame:
-    """One row per (slot, task): the per-request line's counts where it printed one, else its steps' sums."""
+    """One row per (slot, task): the per-request line's counts where it printed one, else its steps' sums.
+    `t_start` and `t_end` are on the views' clock (`t`); `seconds` is the request's span on the log's own clock
+    (its lines' timestamps), since the capture's clock is when the lines arrived, which on a busy machine is
+    a burst a whole request long; on the views' clock only where the log has no timestamps."""
     keyed = ev[ev["slot"].notna() & ev["task"].notna() & (ev["task"] >= 0)]
     if not len(keyed):
         return pd.DataFrame({c: [] for c in REQUEST_COLUMNS})
     times = t.loc[keyed.index]
     span = pd.DataFrame({"slot": keyed["slot"].astype("int64"), "task": keyed["task"].astype("int64"),
-                         "line": keyed["line"].astype("int64"), "t": times.astype("float64")})
+                         "line": keyed["line"].astype("int64"), "t": times.astype("float64"),
+                         "own": keyed["t"].astype("float64")})
     g = span.groupby(["slot", "task"], sort=False)
-    out = g.agg(line=("line", "min"), t_start=("t", "min"), t_end=("t", "max"))
+    out = g.agg(line=("line", "min"), t_start=("t", "min"), t_end=("t", "max"), own_start=("own", "min"),
+                own_end=("own", "max"))
     per_request = ev[(ev["kind"] == "draft_stats") & (ev["pattern"] == "draft_acceptance")
                      & ev["slot"].notna() & ev["task"].notna()]
     s = steps[steps["slot"].notna() & steps["task"].notna()]
@@ -123,7 +128,7 @@ def _requests(ev: pd.DataFrame, steps: pd.DataFrame, t: pd.Series) -> pd.DataFra
     out = out.rename(columns={"generated": "drafted"}).reset_index()
     out["drafted"] = out["drafted"].astype("int64")
     out["accepted"] = out["accepted"].fillna(0).astype("int64")
-    out["seconds"] = out["t_end"] - out["t_start"]
+    out["seconds"] = (out["own_end"] - out["own_start"]).fillna(out["t_end"] - out["t_start"])
     out["rate"] = _rate(out["accepted"].to_numpy(np.float64), out["drafted"].to_numpy(np.float64))
     return out[list(REQUEST_COLUMNS)].sort_values("line", kind="stable").reset_index(drop=True)
 

@@ -9,7 +9,9 @@ What each side counts (measured on llama-server b11434, draft-simple, three requ
   step: N and M sum to the counters, the lines to the drafts. The `-v` wording (`accepted N/M draft tokens,
   new n_tokens = P`) is not printed for the step that ends a request, so it undercounts; it is not compared.
 - the log, per request: `draft acceptance = R (A accepted / G generated)` sums to the token counters exactly;
-  it does not count steps (its `mean len` is rounded), so drafts are left uncompared.
+  it does not count steps (its `mean len` is rounded), so drafts are left uncompared. A request cancelled
+  mid-stream (`stop: cancel task`) prints none, though the counters hold its drafts: its steps count it (measured
+  on the matrix's draft-simple-cancel without LLAMA_TRACE: 2499 drafted, 1185 accepted on both sides).
 Each response's `timings.draft_n` / `draft_n_accepted` sum to the same two token counters (the scenario matrix,
 tests/tools/test_scenarios.py, holds all three equal on every drafting type; the n-gram types draft nothing
 from its short prompts: counters 0, no `accepted` line, no `draft_n`).
@@ -32,6 +34,7 @@ import pandas as pd
 
 from kvtrace.analyze.reader.records import verify_steps
 from kvtrace.analyze.reader.session import KEY_METRICS, METRICS, folder_of, load_chunks, log_of, read_manifest
+from kvtrace.analyze.reader.verdict import per_request_counts
 
 if TYPE_CHECKING:
     from kvtrace.analyze.reader.parser import ParseResult
@@ -112,9 +115,14 @@ def _log_rows(result: ParseResult) -> tuple[pd.DataFrame, str | None, list[str]]
     traced = verify_steps(ev)
     if len(traced) and traced["pos"].isna().all():  # LLAMA_TRACE's lines: every step
         return traced, PER_STEP, []
-    per_request = ev[(ev["kind"] == "draft_stats") & (ev["pattern"] == "draft_acceptance")]
+    per_request, from_steps = per_request_counts(ev)
     if len(per_request):
-        return per_request, PER_REQUEST, [NO_STEPS]
+        notes = [NO_STEPS]
+        if from_steps:
+            notes.append(f"{from_steps} request{'s' if from_steps > 1 else ''} printed no per-request line (a "
+                         f"cancelled request prints none) and {'are' if from_steps > 1 else 'is'} counted from "
+                         "the per-step lines")
+        return per_request, PER_REQUEST, notes
     if len(steps):
         return steps.iloc[0:0], None, [NO_STEPS + "; the log has no per-request lines either"]
     return steps, None, ["the log has no acceptance lines"]

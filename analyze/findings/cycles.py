@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from kvtrace.analyze.reader.definitions import CYCLE_BOUNDARIES
-from kvtrace.analyze.reader.records import detail_of, int_or_none, verify_steps
+from kvtrace.analyze.reader.records import NGRAM_DRAFT, detail_of, int_or_none, verify_steps
 from kvtrace.analyze.reader.spec import NONE, keeping
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
     ev = result.events
     # A new request (prompt, reset, a cleared cache) is not a draft/verify cycle: the target goes first.
     bounds = np.sort(ev.line[ev["kind"].isin(CYCLE_BOUNDARIES)].to_numpy(dtype=np.int64))
+    # a comma-combined type (`ngram-simple,draft-simple`): a step the n-gram implementation drafted is verified
+    # with the drafter idle, so it is no drafter cycle (the log does not say whose slot it drafted for: any slot's
+    # cycle with one in it is left unjudged)
+    ngram = np.sort(ev.line[ev["kind"] == NGRAM_DRAFT].to_numpy(dtype=np.int64))
     n = good = 0
     first_bad: int | None = None
     last: bool | None = None
@@ -134,7 +138,8 @@ def _in_step(result: ParseResult) -> tuple[int, int, str, int | None, bool | Non
             # a target step that verifies no draft (the prompt, a token decoded alone) is a cycle only when the
             # drafter's attempt since the previous step was refused (its draft never reached the target)
             refused = _between(f_lines, prev_line, line) or _between(r_lines, prev_line, line)
-            if (verify or refused) and tried and prev_line >= 0 and not _between(bounds, prev_line, line):
+            if ((verify or refused) and tried and prev_line >= 0 and not _between(bounds, prev_line, line)
+                    and not _between(ngram, prev_line, line)):
                 n += 1
                 hit = int(stored) in drafter_stored
                 good += hit
@@ -152,6 +157,7 @@ def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[fl
     n_steps = len(steps)
     mean_len: float | None = None
     per_pos: list[float] = []
+    by_impl: dict[str, dict[str, Any]] = {}  # each implementation's last `statistics` line (running totals)
     for text in ev.loc[ev["kind"] == "draft_stats", "detail"]:  # a few lines per request
         d = detail_of(text)
         for key in ("mean_len", "mean_acc_len"):
@@ -162,10 +168,34 @@ def _acceptance_details(result: ParseResult) -> tuple[int, float | None, list[fl
                 per_pos = [float(v) for v in str(d["acc_per_pos"]).split(",") if v.strip()]
             except ValueError:
                 per_pos = []
+        if d.get("impl") and d.get("calls_a"):
+            by_impl[str(d["impl"])] = d
+    if len(by_impl) > 1:  # several types (`ngram-simple,draft-simple`): each line is one type's, the run is all
+        mean_len, per_pos = _all_types(list(by_impl.values()), mean_len, per_pos)
     if mean_len is None and n_steps:
         acc = int(steps["accepted"].fillna(0).sum())
         mean_len = round(1 + acc / n_steps, 3)
     return n_steps, mean_len, per_pos
+
+
+def _all_types(lines: list[dict[str, Any]], mean_len: float | None,
+               per_pos: list[float]) -> tuple[float | None, list[float]]:
+    """The mean accepted length and per-position rates of every type together, from each type's statistics: a
+    type's rate at position k is its steps that accepted k or more over its steps (`calls_a`), so weighting each by
+    its steps gives the run's (`mean_len` and `per_pos` as they were where a line does not parse)."""
+    try:
+        steps = [int(d["calls_a"]) for d in lines]
+        accepted = [int(d.get("acc_tokens") or 0) for d in lines]
+        rates = [[float(v) for v in str(d.get("acc_per_pos") or "").split(",") if v.strip()] for d in lines]
+    except ValueError:
+        return mean_len, per_pos
+    total = sum(steps)
+    if not total:
+        return mean_len, per_pos
+    width = max(len(r) for r in rates)
+    combined = [round(sum(r[k] * n for r, n in zip(rates, steps, strict=True) if k < len(r)) / total, 3)
+                for k in range(width)]
+    return round(1 + sum(accepted) / total, 3), combined
 
 
 def cycle_stats(result: ParseResult) -> CycleStats:

@@ -19,6 +19,7 @@ from kvtrace.analyze.findings.health import health
 from kvtrace.analyze.reader.concepts import CONCEPT_PREFIX
 from kvtrace.analyze.reader.definitions import stale_drafter
 from kvtrace.analyze.reader.devices import devices_holding
+from kvtrace.analyze.reader.patterns import BY_NAME
 from kvtrace.analyze.reader.records import detail_of, lines_of, opt_int
 from kvtrace.analyze.reader.spec import logged_type, spec_type
 from kvtrace.analyze.reader.verdict import failing_side
@@ -387,7 +388,7 @@ def rule_target_positions(result: ParseResult, _c: CycleStats) -> Match | None:
 
 RULE_NAMES = {"consecutive": "Y = X + 1", "unclosed": "closing line cut off",
               "seq_not_from_last": "does not start from the last position stored"}
-SPEC_INIT = re.compile(r"common_speculative_(?:impl_\w+|init\w*):|ctx_dft=")
+SPEC_INIT = BY_NAME["spec_init"].regex  # the reader's hint: a speculative implementation creating its draft context
 
 
 def rule_draft_load(result: ParseResult, _c: CycleStats) -> Match | None:

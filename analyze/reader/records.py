@@ -22,6 +22,8 @@ SEVERITY = {"inconsistent_positions": 4, "decode_failed": 3, "kv_slot": 2, "load
 
 MAX_EVIDENCE = 12
 PROSE_ACCEPTANCE = "prose_acceptance"  # an event: a draft acceptance told in the report's words, not a log line's
+# an event: an n-gram implementation drafted a step of a log that also runs a drafter (a comma-combined type)
+NGRAM_DRAFT = "ngram_draft"
 KEEP_LINES_FOR = 1000  # failures that keep their text; later ones keep only counts and evidence (flat memory)
 
 
@@ -90,10 +92,18 @@ class LiveStats:
     drafter_pos: int | None = None
 
 
-# draft statistics that a log prints once per run (or per request), summed when no draft_acceptance line is there
-SUMMED_STATS: tuple[str, ...] = ("spec_statistics", "cli_drafted", "cli_accept", "dflash_histogram", "json_draft_n",
-                                 "json_draft_accepted", "adaptive_depth", "adaptive_depth_seq")
-SUMMED_STATS += ("template_stats", "prose_stats", "json_n_draft")  # a script, a wrapper or a fork, its own way
+# The wordings a log may tell its draft totals in besides the per-request line, each the patterns that together make
+# one count (a pretty-printed response's `draft_n` and `draft_n_accepted` lines, the 2023 example's `n_drafted` and
+# `n_accept`), in the order one is chosen where no draft_acceptance line is there: one wording counts, never two,
+# since they tell the same drafts again. `statistics <impl>:` (spec_statistics) is the implementation's running
+# total (b11434 prints it server-wide after each request), so its last line per implementation counts.
+WORDINGS: tuple[tuple[str, ...], ...] = (
+    ("spec_statistics",), ("json_draft_n", "json_draft_accepted"), ("dflash_histogram",),
+    ("cli_drafted", "cli_accept"), ("adaptive_depth", "adaptive_depth_seq"),
+    ("template_stats",), ("prose_stats",), ("json_n_draft",),  # a script, a wrapper or a fork, its own way
+)
+RUNNING_TOTALS = "spec_statistics"
+SUMMED_STATS: tuple[str, ...] = tuple(p for wording in WORDINGS for p in wording)
 
 
 class ContextSeen(TypedDict):

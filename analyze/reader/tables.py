@@ -30,6 +30,7 @@ from kvtrace.analyze.reader.attribution import (
 )
 from kvtrace.analyze.reader.devices import placement
 from kvtrace.analyze.reader.jsonl import text_meta
+from kvtrace.analyze.reader.mirror import mirrored_sequences
 from kvtrace.analyze.reader.normalize import readable
 from kvtrace.analyze.reader.records import NA, Event, Failure, Meta
 from kvtrace.analyze.reader.spec import MIRROR, NO_TYPE, NONE, drafter_kv, spec_type, upstream_drafter
@@ -265,6 +266,8 @@ def build_all(w: Walker, name: str, n_bytes: int, warnings: list[str]) -> Built:
         if fill.any():
             batches.loc[fill, "context"] = "drafter"
             batches.loc[fill, "context_confidence"] = 0.9
+        # with several slots, EAGLE3's copy of a target batch is tagged sequence 0 whichever slots it carries
+        batches = mirrored_sequences(batches)
     if len(kv) and (kv["context"] == "unknown").any():
         kv["context"] = pd.Categorical(kv_through_batches(
             kv["line"].to_numpy(np.int64), kv["context"].astype(str).to_numpy(dtype=object),

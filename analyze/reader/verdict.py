@@ -16,7 +16,8 @@ from kvtrace.analyze.reader.definitions import SYNTHETIC_FLAGS, reset_events, st
 from kvtrace.analyze.reader.normalize import message
 from kvtrace.analyze.reader.records import (
     PROSE_ACCEPTANCE,
-    SUMMED_STATS,
+    RUNNING_TOTALS,
+    WORDINGS,
     Meta,
     detail_of,
     int_or_none,
@@ -154,15 +155,54 @@ def running_totals(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.drop(index=ids.index[earlier])
 
 
+def one_wording(stats: pd.DataFrame) -> pd.DataFrame:
+    """The draft statistics to sum where no per-request line counts: the first of WORDINGS the log has, never two
+    added together (the same drafts told twice: 23 + 23 from a stream's timings and the `statistics` line). Running
+    totals count by their last line (per implementation), a streamed response by its last chunk."""
+    for wording in WORDINGS:
+        rows = stats[stats.pattern.isin(wording)]
+        if rows.empty:
+            continue
+        if wording == (RUNNING_TOTALS,):
+            impl = pd.Series([detail_of(d).get("impl") for d in rows["detail"]], index=rows.index).fillna("")
+            return rows[~impl.duplicated(keep="last")]
+        return running_totals(rows)
+    return stats.iloc[0:0]
+
+
+def per_request_counts(events: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows that count each request's drafts once: its per-request `draft acceptance` line where it printed one,
+    else its verify steps. A request cancelled mid-stream (`stop: cancel task`) prints no per-request line, yet the
+    server's /metrics counts its drafts. Returns the rows (per-request lines first, then those steps) and how many
+    requests were counted from their steps. Steps are added only where every per-request line names its request
+    (slot and task), so nothing is counted twice."""
+    per_request = events[(events["kind"] == "draft_stats") & (events["pattern"] == "draft_acceptance")]
+    if per_request.empty or per_request["slot"].isna().any() or per_request["task"].isna().any():
+        return per_request, 0
+    steps = verify_steps(events)
+    steps = steps[steps["slot"].notna() & steps["task"].notna()]
+    printed = set(zip(per_request["slot"].astype("int64"), per_request["task"].astype("int64"), strict=True))
+    keys = list(zip(steps["slot"].astype("int64"), steps["task"].astype("int64"), strict=True))
+    unprinted = [k not in printed for k in keys]
+    rest = steps[unprinted]
+    if rest.empty:
+        return per_request, 0
+    n = len({k for k, u in zip(keys, unprinted, strict=True) if u})
+    return pd.concat([per_request, rest]), n
+
+
 def acceptance(events: pd.DataFrame, meta: Meta | None = None) -> AcceptanceSummary:
     """Draft acceptance summed over the log, from whichever wording it printed; `synthetic` says whether the
     server made it up (then it says nothing about the drafter)."""
     stats = events[events.kind == "draft_stats"]
     steps = verify_steps(events)
-    # per request if the log has them, else the run's totals in any wording, else the per-step lines
-    rows = stats[stats.pattern == "draft_acceptance"]
+    # per request if the log has them (a request that printed none counted from its steps), else LLAMA_TRACE's
+    # per-step lines (every step), else the run's totals in one wording, else -v's per-step lines
+    rows, _ = per_request_counts(events)
+    if rows.empty and len(steps) and steps["pos"].isna().all():
+        rows = steps
     if rows.empty:
-        rows = running_totals(stats[stats.pattern.isin(SUMMED_STATS)])
+        rows = one_wording(stats)
     if rows.empty:
         rows = steps
     if rows.empty:

@@ -47,6 +47,7 @@ from kvtrace.analyze.reader.records import (
     CONTEXT_CODES,
     KEEP_LINES_FOR,
     NA,
+    NGRAM_DRAFT,
     PROSE_ACCEPTANCE,
     SEVERITY,
     BatchColumns,
@@ -393,6 +394,8 @@ class Walker:
             self._event(p, m, no, line)
         elif fam == "meta":
             self._meta(p, m, line)
+            if p.name == "spec_impl_called":
+                self._impl_called(m["impl"], no, line)
         f = self._failure
         if f is not None:
             if fam in ("batch", "kv", "event", "hint") or no - f.last_line > FAILURE_GAP:
@@ -676,6 +679,18 @@ class Walker:
         accepted, generated = draft_counts(p.kind, p.name, detail)
         self.events.append(Event(no, t, p.kind, p.component, seq_id, pos_i, text, p.name,
                                  int_or_none(detail.get("slot")), int_or_none(detail.get("task")), accepted, generated))
+
+    def _impl_called(self, impl: str, no: int, line: str) -> None:
+        """A draft made by an n-gram implementation: where the log also runs a drafter (`--spec-type
+        ngram-simple,draft-simple`: b11434 asks the n-gram one first), that step's draft is no drafter's, so its
+        cycle is not the drafter's to be in step in (findings/cycles.py). Kept whatever the meta says so far: a
+        piece of a log read in parallel (split.py) has not seen the start-up lines."""
+        if not impl.startswith("ngram"):
+            return
+        t, _ = self._time(line)
+        self.events.append(Event(no, t, NGRAM_DRAFT, "unknown", None, None,
+                                 json.dumps({"pattern": "spec_impl_called", "impl": readable(impl)}),
+                                 "spec_impl_called"))
 
     def _mark_drafter(self) -> None:
         # candidates are printed from the logits of the decode that just ran: that batch was the drafter's

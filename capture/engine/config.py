@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtrace.capture.engine.lines import FLAVORS
+from kvtrace.capture.engine.llama_log import LOG_FORMATS
 from kvtrace.capture.rpc import is_loopback
 
 FAULTS = ("none", "stale-drafter", "no-rollback", "silent-stale", "stops-drafting", "drafter-lags")
@@ -63,7 +64,8 @@ class EngineConfig:
     target: Path | None = None  # real GGUF paths; both or neither (then the generated tiny pair)
     drafter: Path | None = None
     cache_dir: Path | None = None
-    log_prefix: bool = True  # new-scheme `M.SS.mmm.uuu L ` prefix on every entry
+    log_prefix: bool = True  # new-scheme `M.SS.mmm.uuu L ` prefix on every entry (jsonl: `time` set, else 0)
+    log_format: str = "text"  # jsonl: the objects b11434's --log-jsonl writes, one per log call
     kv_debug: bool = True  # LLAMA_KV_CACHE_DEBUG=1 (off: measure context attribution without find_slot)
     flavor: str = "fork"  # wording of the server/speculative lines: fork, fork-v0.2, upstream
     # draft-simple only. block: one plain-llama drafter batch [id_last, mask x k] per cycle (the seed
@@ -100,6 +102,8 @@ class EngineConfig:
             raise EngineError(f"unknown fault {self.fault!r} (choose from {', '.join(FAULTS)})")
         if self.flavor not in FLAVORS:
             raise EngineError(f"unknown flavour {self.flavor!r} (choose from {', '.join(FLAVORS)})")
+        if self.log_format not in LOG_FORMATS:
+            raise EngineError(f"unknown log format {self.log_format!r} (choose from {', '.join(LOG_FORMATS)})")
         if self.spec_type not in SPEC_TYPES:
             raise EngineError(f"unknown spec type {self.spec_type!r} (choose from {', '.join(SPEC_TYPES)})")
         if self.drafting not in DRAFTING:
@@ -166,6 +170,7 @@ class EngineConfig:
                 args += ["--lag-cycles", str(self.lag_cycles)]
         args += [] if self.kv_debug else ["--no-kv-debug"]
         args += [] if self.log_prefix else ["--no-log-prefix"]
+        args += [] if self.log_format == "text" else ["--log-format", self.log_format]
         args += ["--threads", str(self.n_threads)]
         if self.devices:
             args += ["--devices", str(self.devices)]

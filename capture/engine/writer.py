@@ -155,7 +155,7 @@ def _run(config: EngineConfig, session: Session, models: ModelPair, devices: Run
         os.environ[KV_DEBUG_ENV] = "1"
     else:
         os.environ.pop(KV_DEBUG_ENV, None)
-    writer = LogWriter(session.raw_log, prefix=config.log_prefix)
+    writer = LogWriter(session.raw_log, prefix=config.log_prefix, log_format=config.log_format)
     t0 = time.perf_counter()
     engine: Engine | None = None
     status = "error"

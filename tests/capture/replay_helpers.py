@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from kvtrace.capture.recording import RecordedRequest, read_records
-from tests.capture.capture_helpers import start_kvtrace
+from tests.capture.capture_helpers import start_kvtrace, wait_for
 
 
 def healthy(port: int) -> bool:
@@ -25,10 +25,13 @@ def healthy(port: int) -> bool:
 
 
 @contextmanager
-def recorded_capture(out: Path, server_cmd: list[str], port: int, cwd: Path) -> Iterator[None]:
-    """`kvtrace capture run --record` around server_cmd (listening on `port`): the body drives it through the
-    proxy; Ctrl-C ends the capture as a user's would."""
-    proc = start_kvtrace("capture", "run", "--record", "--quiet", "--out", str(out), "--", *server_cmd, cwd=cwd)
+def recorded_capture(out: Path, server_cmd: list[str], port: int, cwd: Path,
+                     kvtrace: tuple[str, ...] = ("capture", "run", "--record")) -> Iterator[None]:
+    """`kvtrace capture run --record` around server_cmd (listening on `port`), or another recording command
+    (`kvtrace`, then no server_cmd): the body drives it through the proxy; Ctrl-C ends the capture as a user's
+    would."""
+    proc = start_kvtrace(*kvtrace, "--quiet", "--out", str(out), *(["--", *server_cmd] if server_cmd else []),
+                         cwd=cwd)
     try:
         deadline = time.monotonic() + 240
         while not healthy(port) and proc.poll() is None:  # each poll is recorded too: a user's client polls so
@@ -75,6 +78,25 @@ def replayed_positions(folder: Path) -> dict[int, tuple[int, int]]:
         return r.replay_of
 
     return positions(read_records(folder / "requests.jsonl"), of)
+
+
+def cancel_mid_stream(chat: Any, model: str, recording: Path, tries: int = 5) -> int:
+    """The client streams a long answer, reads 4 chunks and goes away. The tiny server can finish a whole answer
+    before a client on a loaded machine has read 4 chunks of it (the recording then rightly holds no cancel), so
+    again, up to `tries` times, until the recording holds the cancel: returns how many it took."""
+    for n in range(1, tries + 1):
+        lines = len(read_records(recording)) if recording.is_file() else 0
+        stream = chat.create(model=model, messages=[{"role": "user", "content": "the number of the slot"}],
+                             max_tokens=900, temperature=0, stream=True)
+        for k, _ in enumerate(stream, 1):
+            if k == 4:
+                stream.close()  # the client stops reading and goes away
+                break
+        wait_for(lambda n_lines=lines: recording.is_file() and len(read_records(recording)) > n_lines,
+                 timeout=60, what="the stream's record")
+        if read_records(recording)[-1].cancelled:
+            return n
+    raise AssertionError(f"the server finished each of {tries} answers before the client went away")
 
 
 def run_quiet(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:

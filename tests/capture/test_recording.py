@@ -106,3 +106,19 @@ def test_shrink_cuts_whole_earlier_turns_and_counts_its_runs() -> None:
     assert with_turns(records[4], [1, 2]).body["messages"][1]["content"] == "c"
     short = shrink(records, lambda xs: any("trigger" in json.dumps(r.body) for r in xs), max_runs=3)
     assert not short.complete and short.runs == 3
+
+
+def test_the_answer_reader_reads_events_that_are_not_one_json_line() -> None:
+    """The answer is decoded at its end in one go; an event that is no JSON (a comment, a note of a proxy), or data
+    over two lines, is read one event at a time instead, with the same result."""
+    first = {"choices": [{"delta": {"content": "the "}}]}
+    events = [b"data: " + json.dumps(first).encode(), b": a comment line", b"data: not json",
+              b'data: {"choices": [{"delta":\ndata:  {"content": "draft"}}]}',
+              b"data: " + json.dumps({"choices": [{"delta": {}, "finish_reason": "stop"}],
+                                      "timings": {"predicted_n": 2}}).encode(), b"data: [DONE]"]
+    reader = AnswerReader(streamed=True, keep_text=True)
+    assert reader.feed(b"\n\n".join(events) + b"\n\n") == 6
+    assert reader.whole
+    reader.close()
+    assert reader.full_text() == "the draft" and reader.timings == {"predicted_n": 2}
+    assert reader.finish_reason == "stop"

@@ -1,6 +1,6 @@
 """The real runs that are not healthy by design, against a real llama-server b11434 (`make server`): the setups
 tried in search of an upstream desync, a prompt longer than the context, DFlash at the context's end. Each is
-captured once under `kvtrace capture run` (about 50 s for all seven) and its verdict asserted: what `make
+captured once under `kvtrace capture run` (about 45 s for all six) and its verdict asserted: what `make
 scenarios` shows by hand, held here on every `make test`.
 
 What b11434 does, measured: DFlash's drafter decodes a noise block of draft-size + 1 positions after the last
@@ -32,7 +32,6 @@ VERDICTS: dict[str, tuple[str, str]] = {
     "draft-dflash-cache-reuse": ("draft_stats_only", "none"),
     "draft-dflash-cancel": ("kv_slot", "drafter"),
     "draft-dflash-slots": ("draft_stats_only", "none"),
-    "draft-simple-cancel": ("draft_stats_only", "none"),
     "draft-simple-prompt-too-long": ("kv_slot", "target"),
 }
 NAMES = [s.name for s in (*DESYNC_SEARCH, PROMPT_TOO_LONG)]

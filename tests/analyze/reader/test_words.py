@@ -96,7 +96,6 @@ def test_nothing_after_the_reader_parses_a_failure_s_line_again() -> None:
     anchors = {a.lower() for p in PATTERNS if p.family == "failure"
                for a in re.findall(r"[A-Za-z_]{6,}", p.anchor)}
     anchors -= {"failed", "failure", "context", "memory"}  # common words, not a failure's wording
-    anchors -= {"ctx_dft"}  # the draft context's name, which rules.SPEC_INIT looks for in a hint's evidence line
     found = []
     for layer in ("findings", "fleet", "views", "dashboard", "cli"):
         for path in sorted((ROOT / "analyze" / layer).rglob("*.py")):
