@@ -1,13 +1,13 @@
 """How long a big log takes to show its first chart in the dashboard. Target: within 5 s, chart before tables.
 
     python benchmarks/dashboard_first_chart.py [--log PATH] [--size-mb 100] [--fault stale-drafter] [--json]
-    python benchmarks/dashboard_first_chart.py --floor [--turns 3]   # kvtrace's pages against the floor page
-    python benchmarks/dashboard_first_chart.py --floor --before ../before   # and an older checkout's, in turns
+    python benchmarks/dashboard_first_chart.py --floor --capture CAPTURE.log.gz [--turns 3]   # against the floor
+    python benchmarks/dashboard_first_chart.py --floor --capture C.log.gz --before ../before   # and an older checkout
 
-The log: --log PATH; else the real 124 MB llama-server b11434 capture (draft-simple, two slots, gzip) when
-the shared data folder beside the checkout has it; else the reader benchmark's log (real engine output with
-batch dumps and find_slot lines, repeated to size; built once under benchmarks/out/). Measured in one run,
-page cache warm:
+The log: --log PATH; else --capture (a real llama-server capture, gzip: the 124 MB b11434 draft-simple two-slot
+one for the figures in benchmarks/README.md); else the reader benchmark's log (real engine output with batch
+dumps and find_slot lines, repeated to size; built once under benchmarks/out/). Measured in one run, page
+cache warm:
 
 - library: analyze.parse(path) -> position_figure -> the figure's JSON (what Streamlit sends the browser);
 - app: the whole first script run of app.py opened on the path (KVTRACE_OPEN), through Streamlit's
@@ -15,6 +15,11 @@ page cache warm:
 - browser (what a user waits for): `kvtrace dashboard PATH` running, headless Chromium opens the page,
   and the clock stops when the position chart is drawn (and, separately, when the first table is), on a
   server just started (the first open). Skipped if chromium is missing (`make browser`).
+
+--floor: each page opened on a server just started, in turns, the clock from opening the page to a drawn
+line of the first chart: the floor (a bare Streamlit page with one 3-point Plotly chart), the small session by
+path and under --follow, the capture (unpacked once under benchmarks/out/) by path, and the upload of its .gz
+(the clock includes loading the page with the uploader and the upload itself).
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ TARGET_S = 5.0
 # headless Chromium on a machine with no network beyond loopback (the browser test's flags)
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run"]
-REAL_LOG = ROOT.parent / "shared" / "data" / "server-b11434-draft-simple-2slots.log.gz"
 
 
 def _unpacked(gz: Path) -> Path:
@@ -151,6 +155,17 @@ def _serve(cmd: list[str], env: dict[str, str], port: int, cwd: Path = ROOT) -> 
     raise SystemExit(f"the server on port {port} did not come up")
 
 
+def _packages_of(checkout: Path, tmp: Path) -> Path:
+    """A folder whose `kvtrace` is `checkout`'s analyze/ and capture/ (what package-dir maps), for PYTHONPATH."""
+    shim = tmp / f"packages-{abs(hash(str(checkout.resolve())))}"
+    (shim / "kvtrace").mkdir(parents=True, exist_ok=True)
+    for name in ("analyze", "capture"):
+        link = shim / "kvtrace" / name
+        if not link.is_symlink():
+            link.symlink_to(checkout.resolve() / name, target_is_directory=True)
+    return shim
+
+
 def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, checkout: Path = ROOT) -> float:
     """One first open on a server just started: seconds from page.goto to a drawn line of the first chart.
     `checkout`: whose page is served (another checkout's runs from its own folder, so its packages come first)."""
@@ -168,6 +183,8 @@ def _one_open(kind: str, arg: Path | None, chromium: str, floor_script: Path, ch
     else:
         cmd = streamlit_command("127.0.0.1", port)
         cmd[cmd.index("run") + 1] = str(checkout / "analyze" / "dashboard" / "app.py")
+        if checkout != ROOT:  # its own packages: the venv's editable install maps kvtrace to this checkout
+            env["PYTHONPATH"] = str(_packages_of(checkout, floor_script.parent))
         if kind in ("path", "follow") and arg is not None:
             env["KVTRACE_OPEN"] = str(arg.resolve())
             if kind == "follow":
@@ -227,7 +244,9 @@ def floor_table(small: Path, big: Path | None, big_gz: Path | None, turns: int, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--log", type=Path, help="the log to open (default: the real 124 MB capture, if present)")
+    ap.add_argument("--log", type=Path, help="the log to open (default: --capture's, else a built one)")
+    ap.add_argument("--capture", type=Path, help="a real capture, gzip (the 124 MB b11434 draft-simple two-slot "
+                    "one for the README's figures): opened by path (unpacked) and uploaded (as it is)")
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--fault", default="stale-drafter", choices=["stale-drafter", "none", "no-rollback"],
                     help="engine fault of the repeated capture (default: the failure this tool is for)")
@@ -236,17 +255,21 @@ def main() -> None:
                     "a first open on a fresh server: medians and ratios to the floor (issue 20)")
     ap.add_argument("--small", type=Path, default=ROOT / "samples" / "stale-drafter",
                     help="with --floor: the small session (default: samples/stale-drafter)")
-    ap.add_argument("--gz", type=Path, help="with --floor: a .gz to upload (default: the real capture's, if present)")
+    ap.add_argument("--gz", type=Path, help="with --floor: a .gz to upload (default: --capture)")
     ap.add_argument("--turns", type=int, default=3, help="with --floor: runs of each page (default 3)")
     ap.add_argument("--before", type=Path, help="with --floor: another checkout (say `git worktree add ../before "
-                    "main`) whose pages are measured in the same turns, each right before this checkout's")
+                    "main`, its reader's C extension built or copied in) whose pages are measured in the same turns, "
+                    "each right before this checkout's, its packages first on PYTHONPATH")
     ap.add_argument("--only", nargs="+", choices=["path", "follow", "upload"],
                     help="with --floor: only these of kvtrace's pages (default: all); the small and the big log "
                     "are both opened for `path`")
     args = ap.parse_args()
     if args.floor:
-        big = args.log or (_unpacked(REAL_LOG) if REAL_LOG.is_file() else None)
-        gz = args.gz or (REAL_LOG if REAL_LOG.is_file() else None)
+        capture = args.capture if args.capture is not None and args.capture.is_file() else None
+        if args.capture is not None and capture is None:
+            raise SystemExit(f"{args.capture}: no such file")
+        big = args.log or (_unpacked(capture) if capture is not None and capture.suffix == ".gz" else capture)
+        gz = args.gz or (capture if capture is not None and capture.suffix == ".gz" else None)
         rows = floor_table(args.small, big, gz, args.turns, args.before, args.only)
         if args.json:
             print(json.dumps(rows))
@@ -255,7 +278,7 @@ def main() -> None:
             print(f"{r['page']:60} median {r['median_s']:5.2f} s  {r['ratio_to_floor']:4.2f}x the floor  "
                   f"runs {r['runs_s']}")
         return
-    path = args.log or (REAL_LOG if REAL_LOG.is_file() else big_log(args.size_mb, args.fault))
+    path = args.log or args.capture or big_log(args.size_mb, args.fault)
     path.read_bytes()  # warm the page cache so both measurements read from memory
     out: dict[str, object] = {"log": path.name, "file_mb": round(path.stat().st_size / 1e6, 1)}
     out |= library(path)

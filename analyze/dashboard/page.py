@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,6 +50,7 @@ from kvtrace.analyze.views.report import escape, headline, markdown_report, what
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator
+    from streamlit.runtime.uploaded_file_manager import UploadedFile
 
     from kvtrace.analyze import ParseResult
     from kvtrace.analyze.reader.records import Meta
@@ -120,6 +122,12 @@ def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str
         return analyze.parse(_data, name=_name), None
     except analyze.InputError as exc:
         return None, str(exc)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _upload_digest(file_id: str, _upload: UploadedFile) -> str:
+    """sha256 of an upload's bytes where Streamlit holds them (no copy), once per upload (`file_id`)."""
+    return hashlib.sha256(_upload.getbuffer()).hexdigest()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -214,6 +222,8 @@ def gather_sources(widgets: bool = True) -> tuple[list[Source], list[str]]:
     opened_path = os.environ.get(OPEN_ENV, "").strip()
     if opened_path and os.environ.get(FOLLOW_ENV) == "1":
         followed = live_source(opened_path)
+        if not widgets:
+            return [followed], problems
         sources.append(followed)
         st.sidebar.caption("Following, from the command line:")
         st.sidebar.code(followed.path or "", language=None)
@@ -238,11 +248,11 @@ def gather_sources(widgets: bool = True) -> tuple[list[Source], list[str]]:
         "the file is read where it is and never uploaded."
     )
     for up in uploads or []:
-        data = up.getvalue()
-        if len(data) > limit * 1024 * 1024:
+        if up.size > limit * 1024 * 1024:
             problems.append(f"{up.name} is over the {limit} MB upload limit: run kvtrace dashboard {up.name} instead")
             continue
-        sources.append(Source(up.name, _sha256(data), data=data))
+        # the bytes as Streamlit holds them: the parse streams through them (a .gz unpacked as it is read)
+        sources.append(Source(up.name, _upload_digest(up.file_id, up), data=up.getvalue()))
     pasted = st.sidebar.text_area("...or paste a bug report's text", height=120, key="paste")
     if pasted.strip():
         data = pasted.encode("utf-8", "replace")
@@ -373,13 +383,13 @@ def chart_controls(op: Opened, opening: ChartModel, key: str) -> tuple[ChartMode
     lo, hi = model.x_extent
     # The chosen range lives under its own key: the slider's bounds grow with a followed log (a new widget
     # each time), and a range the user chose stays; the whole range follows the log as it grows.
-    zoom_key = f"zoom-{key}-{model.seq_id}"
+    zoom_at = zoom_key(key, model.seq_id)
     div = model.divergence(tol)
     if div is not None and c1.button("Jump to first divergence", key=f"jump-{key}"):
-        st.session_state[zoom_key] = _around(div.x, lo, hi, 0.08, axis)
+        st.session_state[zoom_at] = _around(div.x, lo, hi, 0.08, axis)
     err = model.first_error
     if st.session_state.pop(f"jump-error-{key}", False) and err is not None and np.isfinite(err.x):
-        st.session_state[zoom_key] = _around(err.x, lo, hi, 0.04, axis)
+        st.session_state[zoom_at] = _around(err.x, lo, hi, 0.04, axis)
     fmt = None
     step: float
     if axis.kind == "line":
@@ -387,12 +397,15 @@ def chart_controls(op: Opened, opening: ChartModel, key: str) -> tuple[ChartMode
     else:
         step = max((hi - lo) / 1000, 1e-6)
         fmt = f"%.{max(0, int(-np.floor(np.log10(step))))}f"
-    zoom = st.session_state.get(zoom_key)
+    zoom = st.session_state.get(zoom_at)
+    if zoom is not None and c1.button("Whole log", key=f"whole-{key}", help="Undo the zoom (a range dragged "
+                                      "across the chart, the slider's, or a jump)"):
+        zoom = st.session_state[zoom_at] = None
     value = (max(lo, zoom[0]), min(hi, zoom[1])) if zoom is not None and zoom[0] < hi else (lo, hi)
     slider_key = f"range-{key}-{model.seq_id}-{lo}-{hi}-{zoom}"  # a new range set here is a new widget
     rng = cast(tuple[float, float], c3.slider(
         axis.title, min_value=lo, max_value=hi, value=value, step=step, key=slider_key, format=fmt,
-        on_change=_keep_zoom, args=(slider_key, zoom_key, (lo, hi)),
+        on_change=_keep_zoom, args=(slider_key, zoom_at, (lo, hi), value),
     ))  # fmt: skip
     return model, (float(rng[0]), float(rng[1])) if tuple(rng) != (lo, hi) else None, tol
 
@@ -403,9 +416,30 @@ def _around(x: float, lo: float, hi: float, share: float, axis: XAxis) -> tuple[
     return (int(a), int(np.ceil(b))) if axis.kind == "line" else (a, b)
 
 
-def _keep_zoom(slider_key: str, zoom_key: str, full: tuple[float, float]) -> None:
+def zoom_key(key: str, seq_id: int | None) -> str:
+    """Where a view's chosen x range lives (the range slider and a range dragged in the chart): one per source
+    and sequence, so it stays while a followed log grows and when the rest of a first open arrives."""
+    return f"zoom-{key}-{seq_id}"
+
+
+def _zoom_from_chart(chart_key: str, zoom_at: str, axis: XAxis) -> None:
+    """A range dragged across the position chart (a box selection) becomes the view's zoom. A cleared selection
+    changes nothing: the browser clears it by itself when it draws the zoomed figure, so it does not say the
+    user wants the whole log back (the range slider and "Whole log" do)."""
+    event = st.session_state.get(chart_key)
+    boxes = event.get("selection", {}).get("box", []) if event is not None else []
+    xs = [float(x) for x in boxes[0].get("x", [])] if boxes else []
+    if len(xs) != 2 or not all(np.isfinite(xs)) or xs[0] == xs[1]:
+        return
+    lo, hi = min(xs), max(xs)
+    st.session_state[zoom_at] = (int(np.floor(lo)), int(np.ceil(hi))) if axis.kind == "line" else (lo, hi)
+
+
+def _keep_zoom(slider_key: str, zoom_at: str, full: tuple[float, float], shown: tuple[float, float]) -> None:
     chosen = tuple(st.session_state[slider_key])
-    st.session_state[zoom_key] = None if chosen == full else chosen
+    if chosen == tuple(shown):  # a new slider (the log grew) reporting the value it was drawn with
+        return
+    st.session_state[zoom_at] = None if chosen == full else chosen
 
 
 _FILTERS = {
@@ -568,10 +602,18 @@ def _chart_panel(s: Shown) -> None:
             )
             _acceptance_chart(result, s.key)
         return
-    fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=s.x_range, tolerance=s.tolerance,
+    x_range = s.x_range
+    if s.run == FIRST:  # no controls yet: a range chosen in the chart before (a redraw's) is drawn all the same
+        x_range = st.session_state.get(zoom_key(s.key, model.seq_id))
+    fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=x_range, tolerance=s.tolerance,
                           max_points=FIRST_MAX_POINTS if s.run == FIRST else DEFAULT_MAX_POINTS)
-    fig.update_layout(uirevision=f"{s.key}-{model.seq_id}")  # a zoom made in the chart stays while the log grows
-    st.plotly_chart(fig, key=f"pos-{s.key}", config={"displaylogo": False})
+    # Dragging across the chart chooses the range to zoom into, held on the server (the range slider's own
+    # key): every redraw is a new figure, which the browser draws afresh, so a zoom kept only there would be
+    # lost each second under --follow and when the rest of a first open arrives. Double-click: the whole log.
+    fig.update_layout(uirevision=f"{s.key}-{model.seq_id}", dragmode="select", selectdirection="h")
+    chart_key = f"pos-{s.key}"
+    st.plotly_chart(fig, key=chart_key, config={"displaylogo": False}, selection_mode="box",
+                    on_select=partial(_zoom_from_chart, chart_key, zoom_key(s.key, model.seq_id), model.axis))
 
 
 def _acceptance_chart(result: ParseResult, key: str) -> bool:
@@ -777,9 +819,42 @@ def _in_a_browser() -> bool:
 
 
 def _chart_first() -> bool:
-    """A browser's first run with the path on the command line open (not followed): the chart goes first."""
-    return (bool(os.environ.get(OPEN_ENV, "").strip()) and os.environ.get(FOLLOW_ENV) != "1"
-            and "opened" not in st.session_state and _in_a_browser())
+    """A browser's first run with the path on the command line open, followed or not: the chart goes first."""
+    return bool(os.environ.get(OPEN_ENV, "").strip()) and "opened" not in st.session_state and _in_a_browser()
+
+
+def _rest_later() -> None:
+    """After a run that drew the chart alone: the browser's timer asks for the rest of the page."""
+    _rest_of_the_page()
+    now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
+    st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
+
+
+def _follow_first(src: Source, head: Slots) -> bool:
+    """A browser's first run on a followed log: the chart of what is read so far, alone, in `head`; False
+    (and the frame cleared) when there is nothing to draw yet, and the page is drawn whole."""
+    st.session_state["opened"] = src.digest
+    state = _follower(src.path or "").poll()
+    result = state.result
+    if result is None or result.verdict.kind == "no_log":
+        head.chart.empty()
+        return False
+    # the axis each view of it uses: the live view the log's own clock, the finished page the capture's
+    axis = capture_axis(src, result) if state.ended else chart_axis(result)
+    draw_panels(Shown.of(Opened(src, result, None), FIRST, axis), panels_for(FIRST), head)
+    return True
+
+
+def _upload_first(src: Source) -> bool:
+    """An upload (or a paste) shown for the first time in a browser: drawn chart first, as a path is (the
+    sidebar's widgets are drawn all the same: the upload lives in one of them)."""
+    if src.data is None or not _in_a_browser():
+        return False
+    charted: set[str] = st.session_state.setdefault("charted", set())
+    if src.digest in charted:
+        return False
+    charted.add(src.digest)
+    return True
 
 
 @st.fragment(run_every=REST_TICK_S)
@@ -833,6 +908,8 @@ def main() -> None:
     st.set_page_config(page_title="kvtrace", layout="wide")
     st.title("kvtrace: target and drafter KV positions")
     first = _chart_first()
+    if not first:
+        st.session_state.pop(REST_KEY, None)  # a whole page: no timer is waiting to draw it
     # on a first open the chart's frame goes before the file is even hashed (a 124 MB log: 0.2-0.3 s)
     head = _head_of(Path(os.environ[OPEN_ENV].strip()).expanduser().name, waiting=True) if first else None
     sources, problems = gather_sources(widgets=not first)
@@ -846,12 +923,17 @@ def main() -> None:
             "Open a llama.cpp log on the left: upload it, paste a bug report's text, or pick a captured session "
             "or a bundled sample. Big local logs: `kvtrace dashboard PATH`."
         )
+        if _in_a_browser() and not os.environ.get(OPEN_ENV, "").strip():
+            # the chart's empty frame, so the browser loads its chart library while the user picks a log
+            st.plotly_chart(waiting_figure("the position chart of the log you open"), key="waiting",
+                            config={"displaylogo": False})
         return
-    if first:
-        show_log(sources[0], FIRST, slots=head)
-        _rest_of_the_page()
-        now = time.monotonic()  # after the inline run above: only the timer's runs draw the rest
-        st.session_state[REST_KEY] = (now, now)  # the first tick is due REST_TICK_S after the chart was sent
+    if first and head is not None:
+        if not sources[0].live:
+            show_log(sources[0], FIRST, slots=head)
+        elif not _follow_first(sources[0], head):
+            st.rerun()  # nothing read yet: the whole page, which says so
+        _rest_later()
         return
     names = [s.name for s in sources]
     _show_newest(sources)
@@ -865,6 +947,10 @@ def main() -> None:
         st.sidebar.caption("To compare, open a second log: upload, paste or pick one above.")
     src = sources[pick]
     compare_with = sources[cmp_pick] if cmp_pick is not None else None
+    if _upload_first(src):
+        show_log(src, FIRST)
+        _rest_later()
+        return
     if src.live:
         state = _follower(src.path or "").poll()
         if not state.ended:

@@ -358,12 +358,13 @@ def position_figure(
     return fig
 
 
-def waiting_figure() -> go.Figure:
-    """The position chart's empty frame, drawn while a log is read: the browser loads its chart library in
-    the meantime (about two seconds on a first open) instead of after the log is read. No log text in it."""
+def waiting_figure(title: str = "reading the log ...") -> go.Figure:
+    """The position chart's empty frame, drawn while a log is read (or before one is opened): the browser loads
+    its chart library in the meantime (about two seconds on a first open) instead of after the log is read. No
+    log text in it."""
     fig = go.Figure()
     fig.update_layout(
-        height=520, xaxis_title="reading the log ...", yaxis_title="KV position",
+        height=520, xaxis_title=title, yaxis_title="KV position",
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
     )
     return fig

@@ -61,15 +61,23 @@ def _wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - playwr
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout_ms)
 
 
+def wait_for_the_whole_page(page, timeout_ms: int = 90_000) -> None:  # noqa: ANN001 - playwright Page
+    """After an upload: its page drawn whole (an upload is drawn chart first, the rest after; the empty page
+    already has the chart's frame) and idle."""
+    page.get_by_text("Take it away").wait_for(state="attached", timeout=timeout_ms)  # the last of a log's page
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=timeout_ms)
+    _wait_idle(page, timeout_ms)
+
+
 def upload_and_wait(browser, server: str, files: list[Path], width: int = 1400, height: int = 1250):  # noqa: ANN001, ANN201
-    """A new page on the dashboard with `files` uploaded, once its first chart is drawn and it is idle, with no
-    exception on it: the opening every upload test shares."""
+    """A new page on the dashboard with `files` uploaded, once its first chart is drawn, the rest of the page
+    after it (an upload is drawn chart first) and it is idle, with no exception on it: the opening every upload
+    test shares."""
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(server, wait_until="domcontentloaded")
     _wait_idle(page)
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(f) for f in files])
-    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-    _wait_idle(page)
+    wait_for_the_whole_page(page)
     assert page.locator("[data-testid='stException']").count() == 0
     return page
 
@@ -91,8 +99,7 @@ def test_upload_and_chart_in_chromium(server: str) -> None:
             page.goto(server, wait_until="domcontentloaded")
             _wait_idle(page)
             page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(SEED), str(STALE)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=60_000)
-            _wait_idle(page)
+            wait_for_the_whole_page(page)
             page.get_by_text("Verdict: inconsistent positions").wait_for(timeout=30_000)
             # The position chart drew its traces: target, drafter and the error segment are in the legend.
             legend = _legend(page)

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.analyze.dashboard.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, _legend, _wait_idle, server  # noqa: F401
+from tests.analyze.dashboard.test_browser import (  # noqa: F401
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    _legend,
+    _wait_idle,
+    server,
+    wait_for_the_whole_page,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "scenarios"
@@ -38,8 +46,7 @@ def test_healthy_capture_in_chromium(server: str, name: str) -> None:  # noqa: F
             page.goto(server, wait_until="domcontentloaded")
             _wait_idle(page)
             page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-            _wait_idle(page)
+            wait_for_the_whole_page(page)
             assert page.locator("[data-testid='stException']").count() == 0
             assert page.get_by_role("heading", name="Healthy", exact=True).count() == 1
             assert "none" in _metric(page, "First divergence").lower()
@@ -73,8 +80,7 @@ def test_a_default_np_capture_opens_on_its_busy_sequence(server: str) -> None:  
             page.goto(server, wait_until="domcontentloaded")
             _wait_idle(page)
             page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-            _wait_idle(page)
+            wait_for_the_whole_page(page)
             assert page.locator("[data-testid='stException']").count() == 0
             picker = page.locator("[data-testid='stSelectbox']").filter(has_text="Sequence / slot").first
             # the picked option is shown in the box (an input's value or a div, by Streamlit version)
@@ -100,8 +106,7 @@ def test_the_gap_view_of_the_real_capture_draws_the_band_over_an_envelope(server
             page.goto(server, wait_until="domcontentloaded")
             _wait_idle(page)
             page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(path)])
-            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=90_000)
-            _wait_idle(page)
+            wait_for_the_whole_page(page)
             assert page.locator("[data-testid='stException']").count() == 0
             charts = page.locator("[data-testid='stPlotlyChart']")
             gap = charts.nth(1)  # the chart under the position chart, left
