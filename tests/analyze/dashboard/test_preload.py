@@ -58,3 +58,33 @@ def test_a_job_no_page_took_is_stopped_and_its_file_removed(tmp_path: Path) -> N
     preload.discard()
     assert job.proc.poll() is not None and not job.out.exists()
     assert preload.take(str(log)) is None
+
+
+def test_an_upload_is_parsed_in_a_child_under_its_name_and_its_bytes_removed() -> None:
+    import gzip
+    import hashlib
+
+    data = gzip.compress((SAMPLE / "raw.log").read_bytes(), mtime=0)
+    digest = hashlib.sha256(data).hexdigest()
+    preload.start_upload(digest, data, "report.log.gz")
+    job = preload._jobs[f"upload:{digest}"]  # noqa: SLF001 - to see its folder go
+    assert job.folder is not None and job.folder.is_dir()
+    got = preload.take_upload(digest, len(data))
+    assert got is not None
+    result, error = got
+    whole = analyze.parse(data, name="report.log.gz")
+    assert error is None and result is not None and result.source == "report.log.gz"
+    assert result.verdict.to_dict() == whole.verdict.to_dict() and result.batches.equals(whole.batches)
+    assert not job.folder.exists() and preload.take_upload(digest, len(data)) is None  # once
+
+
+def test_an_upload_no_page_took_is_stopped_and_its_bytes_removed() -> None:
+    data = (SAMPLE / "raw.log").read_bytes()
+    preload.start_upload("0" * 64, data, "x.log")
+    job = preload._jobs["upload:" + "0" * 64]  # noqa: SLF001
+    assert preload.take_upload("0" * 64, len(data) + 1) is None  # other bytes under the digest: not these
+    assert job.folder is not None and not job.folder.exists()
+    preload.start_upload("1" * 64, data, "x.log")
+    job = preload._jobs["upload:" + "1" * 64]  # noqa: SLF001
+    preload.discard()
+    assert job.proc.poll() is not None and job.folder is not None and not job.folder.exists()
