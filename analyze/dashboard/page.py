@@ -77,6 +77,10 @@ FIRST_MAX_POINTS = 1000
 # among it, comes from the whole parse only.
 HEAD_BYTES = 4 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+# The digests of uploads parsed whole in this server (`_parse_bytes` ran): opened again (another tab, another
+# user), the cached parse draws the chart at once; a head's chart and a child's parse would be wasted, the child's
+# never taken (a cached call does not run the function).
+_parsed_whole: set[str] = set()
 
 
 @dataclass(slots=True)
@@ -123,6 +127,7 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
 @st.cache_data(show_spinner=False, max_entries=16)
 def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str | None]:
     # Keyed on the digest alone: the same bytes under another name are not parsed again.
+    _parsed_whole.add(digest)
     started = preload.take_upload(digest, len(_data))  # a big upload, parsed while its head's chart was drawn
     if started is not None:
         return started
@@ -857,9 +862,9 @@ def _follow_first(src: Source, head: Slots) -> bool:
 def _head_of_upload(src: Source) -> tuple[Opened, str] | None:
     """A big upload's head parsed (HEAD_BYTES of its text), to draw its first chart from, and the chart's label
     saying how much of the upload it shows (numbers only: the name is a stranger's); None when the upload is small,
-    ended within its head, or cannot be read (then it is read whole, which says why)."""
+    parsed whole already, ended within its head, or cannot be read (then it is read whole, which says why)."""
     data = src.data
-    if data is None or (len(data) <= HEAD_BYTES and not data.startswith(GZIP_MAGIC)):
+    if data is None or (len(data) <= HEAD_BYTES and not data.startswith(GZIP_MAGIC)) or src.digest in _parsed_whole:
         return None
     try:
         head = analyze.parse_head(data, max_bytes=HEAD_BYTES, name=src.name)

@@ -104,6 +104,13 @@ def test_a_big_upload_is_drawn_from_its_head_first_labelled_partial_then_whole()
     errors = [m for m in at.metric if m.label == "Position errors"]
     assert errors and errors[0].value == f"{whole.verdict.n_position_errors:,}"
     assert not any(k.startswith("upload:") for k in preload._jobs)  # noqa: SLF001 - taken, its bytes removed
+    # the same bytes opened again (another tab): the parse held already draws the whole chart at once, no child
+    again = AppTest.from_file(APP, default_timeout=120)
+    again.run()
+    again.sidebar.file_uploader[0].set_value([("copy.log.gz", data, "application/gzip")])
+    again.run()
+    assert not again.exception and not _title(again) and _last_x(again) == _last_x(at)
+    assert not any(k.startswith("upload:") for k in preload._jobs)  # noqa: SLF001
 
 
 def test_a_followed_finished_capture_is_drawn_chart_first(monkeypatch: pytest.MonkeyPatch) -> None:
