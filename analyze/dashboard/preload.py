@@ -11,9 +11,12 @@ the page draws the chart of the upload's head meanwhile, and the browser drawing
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +43,7 @@ class _Job:
 
 _jobs: dict[str, _Job] = {}
 _lock = threading.Lock()
+_at_exit = False
 
 
 def _key(path: str) -> tuple[str, int, int] | None:
@@ -60,8 +64,7 @@ def start(path: str) -> None:
     fd, out = tempfile.mkstemp(prefix="kvtrace-preload-", suffix=".pickle")
     os.close(fd)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kvtrace.analyze.dashboard.preload", path, out],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = _spawn([path, out])
     except OSError:
         os.unlink(out)
         return
@@ -83,18 +86,15 @@ def start_upload(digest: str, data: bytes, name: str) -> None:
     log, out = folder / "upload", folder / "parsed.pickle"
     try:
         log.write_bytes(data)
-        proc = subprocess.Popen([sys.executable, "-m", "kvtrace.analyze.dashboard.preload", str(log), str(out), name,
-                                 str(UPLOAD_NICE)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError:
+        proc = _spawn([str(log), str(out), name, str(UPLOAD_NICE)])
+    except (OSError, ValueError):  # ValueError: a NUL in the stranger's file name; the page then parses it itself
         shutil.rmtree(folder, ignore_errors=True)
         return
     job = _Job(key, proc, out, folder)
     with _lock:
         started = _jobs.setdefault(key[0], job)
     if started is not job:  # another page started it meanwhile
-        proc.kill()
-        proc.wait()
-        _remove(job)
+        _stop(job)
 
 
 def take_upload(digest: str, size: int) -> Parsed | None:
@@ -122,10 +122,27 @@ def _taken(name: str, key: tuple[str, int, int]) -> Parsed | None:
     except (OSError, pickle.UnpicklingError, EOFError):
         return None
     finally:
-        if job.proc.poll() is None:  # other bytes than it was reading: stop it
-            job.proc.kill()
-            job.proc.wait()
-        _remove(job)
+        _stop(job)  # other bytes than it was reading: stopped; its files removed either way
+
+
+def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
+    """The child, in a process group of its own: stopping it stops the processes its split parse started too."""
+    global _at_exit  # noqa: PLW0603 - once per process
+    if not _at_exit:  # a process that ends without the server's own discard (a test) leaves nothing either
+        atexit.register(discard)
+        _at_exit = True
+    return subprocess.Popen([sys.executable, "-m", "kvtrace.analyze.dashboard.preload", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop(job: _Job) -> None:
+    """The job's child and its pieces' processes stopped (a killed child would leave those waiting for work
+    forever), its files removed."""
+    if job.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.proc.pid, signal.SIGKILL)
+    job.proc.wait()
+    _remove(job)
 
 
 def _remove(job: _Job) -> None:
@@ -140,10 +157,7 @@ def discard() -> None:
         jobs = list(_jobs.values())
         _jobs.clear()
     for job in jobs:
-        if job.proc.poll() is None:
-            job.proc.kill()
-        job.proc.wait()
-        _remove(job)
+        _stop(job)
 
 
 def _child(path: str, out: str, name: str | None = None, nice: int = 0) -> int:
@@ -160,6 +174,8 @@ def _child(path: str, out: str, name: str | None = None, nice: int = 0) -> int:
         got = (None, str(exc))
     if os.getppid() != parent:  # the server is gone: nobody will read it
         Path(out).unlink(missing_ok=True)
+        if name is not None:  # an upload's bytes too, in their own folder
+            shutil.rmtree(Path(path).parent, ignore_errors=True)
         return 1
     with open(out, "wb") as fh:
         pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)

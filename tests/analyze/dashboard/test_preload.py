@@ -88,3 +88,47 @@ def test_an_upload_no_page_took_is_stopped_and_its_bytes_removed() -> None:
     job = preload._jobs["upload:" + "1" * 64]  # noqa: SLF001
     preload.discard()
     assert job.proc.poll() is not None and job.folder is not None and not job.folder.exists()
+
+
+def test_an_upload_whose_name_cannot_be_an_argument_is_left_to_the_page() -> None:
+    data = (SAMPLE / "raw.log").read_bytes()
+    preload.start_upload("2" * 64, data, "bad\x00name.log")
+    assert "upload:" + "2" * 64 not in preload._jobs  # noqa: SLF001 - nothing started, nothing left behind
+    assert preload.take_upload("2" * 64, len(data)) is None
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of a process group, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_job_stopped_mid_parse_leaves_none_of_its_pieces_processes(tmp_path: Path) -> None:
+    import time
+
+    import pytest
+
+    if (os.cpu_count() or 1) < 2 or not Path("/proc/self/stat").exists():
+        pytest.skip("the split parse needs two cores and /proc to be seen")
+    log = tmp_path / "big.log"
+    raw = (SAMPLE / "raw.log").read_bytes()
+    log.write_bytes(raw * ((40 << 20) // len(raw)))  # 40 MB of real engine output: read in pieces
+    preload.start(str(log))
+    job = next(iter(preload._jobs.values()))  # noqa: SLF001
+    deadline = time.monotonic() + 60
+    while len(_group(job.proc.pid)) < 2 and job.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child has started its pieces' processes
+    assert len(_group(job.proc.pid)) >= 2, "the parse ended before it was read in pieces"
+    preload.discard()
+    deadline = time.monotonic() + 10
+    while _group(job.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _group(job.proc.pid) == []
