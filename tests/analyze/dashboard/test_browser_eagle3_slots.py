@@ -36,11 +36,21 @@ DRAWN = """el => {
 
 
 def _gap_chart(page) -> dict[str, Any]:  # noqa: ANN001 - playwright Page
-    gap = page.locator("[data-testid='stPlotlyChart']").nth(1)  # under the position chart, left
-    gap.scroll_into_view_if_needed()
-    gap.locator(".main-svg").first.wait_for(timeout=30_000)
-    drawn: dict[str, Any] = gap.evaluate(DRAWN)
-    return drawn
+    from playwright.sync_api import Error
+
+    # a rerun after the pick may replace the chart's element while it is read: read it again once the page is idle
+    for attempt in range(3):
+        gap = page.locator("[data-testid='stPlotlyChart']").nth(1)  # under the position chart, left
+        try:
+            gap.scroll_into_view_if_needed()
+            gap.locator(".main-svg").first.wait_for(timeout=30_000)
+            drawn: dict[str, Any] = gap.evaluate(DRAWN)
+            return drawn
+        except Error:
+            if attempt == 2:
+                raise
+            _wait_idle(page)
+    raise AssertionError("unreachable")
 
 
 def _pick(page, seq: int) -> None:  # noqa: ANN001 - playwright Page
