@@ -36,6 +36,7 @@ from kvtrace.analyze.findings.overview import overview
 from kvtrace.analyze.findings.positions import XAxis
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
+from kvtrace.analyze.reader.parser import parse_head
 from kvtrace.analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 from kvtrace.analyze.views.bundle import zip_tables
 from kvtrace.analyze.views.downsample import DEFAULT_MAX_POINTS
@@ -867,7 +868,7 @@ def _head_of_upload(src: Source) -> tuple[Opened, str] | None:
     if data is None or (len(data) <= HEAD_BYTES and not data.startswith(GZIP_MAGIC)) or src.digest in _parsed_whole:
         return None
     try:
-        head = analyze.parse_head(data, max_bytes=HEAD_BYTES, name=src.name)
+        head = parse_head(data, max_bytes=HEAD_BYTES, name=src.name)
     except analyze.InputError:
         return None
     if head.whole or head.result.verdict.kind == "no_log":
