@@ -19,7 +19,8 @@ cache warm:
 --floor: each page opened on a server just started, in turns, the clock from opening the page to a drawn
 line of the first chart: the floor (a bare Streamlit page with one 3-point Plotly chart), the small session by
 path and under --follow, the capture (unpacked once under benchmarks/out/) by path, and the upload of its .gz
-(the clock includes loading the page with the uploader and the upload itself).
+(the clock includes loading the page with the uploader and the upload itself; the first chart of a big upload
+is the one of its head, labelled as partial, as a followed log's is of what is read so far).
 """
 
 from __future__ import annotations

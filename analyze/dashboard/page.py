@@ -36,6 +36,7 @@ from kvtrace.analyze.findings.overview import overview
 from kvtrace.analyze.findings.positions import XAxis
 from kvtrace.analyze.reader.definitions import SYNTHETIC_NOTE
 from kvtrace.analyze.reader.devices import device_rows, layout_line, placement_rows
+from kvtrace.analyze.reader.parser import parse_head
 from kvtrace.analyze.reader.session import DEFAULT_ROOT, RAW_LOG, is_session, list_sessions, load_chunks, log_named
 from kvtrace.analyze.views.bundle import zip_tables
 from kvtrace.analyze.views.downsample import DEFAULT_MAX_POINTS
@@ -72,6 +73,15 @@ REST_KEY = "rest-to-draw"  # session state: the first run drew the chart only (w
 # The first open's chart is downsampled this far (the full figure comes with the rest of the page): a browser
 # draws 18,000 points of a 124 MB capture about 2 s later than 5,000; a small log has fewer and is the same.
 FIRST_MAX_POINTS = 1000
+# A big upload's first chart is drawn from its first HEAD_BYTES of text (4 MB: 40-60 ms to parse), labelled as
+# partial, while a child process parses the whole (preload.start_upload); the rest of the page, the whole chart
+# among it, comes from the whole parse only.
+HEAD_BYTES = 4 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+# The digests of uploads parsed whole in this server (`_parse_bytes` ran): opened again (another tab, another
+# user), the cached parse draws the chart at once; a head's chart and a child's parse would be wasted, the child's
+# never taken (a cached call does not run the function).
+_parsed_whole: set[str] = set()
 
 
 @dataclass(slots=True)
@@ -118,6 +128,10 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
 @st.cache_data(show_spinner=False, max_entries=16)
 def _parse_bytes(digest: str, _data: bytes, _name: str) -> tuple[Any | None, str | None]:
     # Keyed on the digest alone: the same bytes under another name are not parsed again.
+    _parsed_whole.add(digest)
+    started = preload.take_upload(digest, len(_data))  # a big upload, parsed while its head's chart was drawn
+    if started is not None:
+        return started
     try:
         return analyze.parse(_data, name=_name), None
     except analyze.InputError as exc:
@@ -562,6 +576,7 @@ class Shown:
     x_range: tuple[float, float] | None = None
     compare_with: Source | None = None
     picked: int | None = None
+    partial: str | None = None  # the chart is of the log's head only (a big upload's first run): how much was read
 
     @classmethod
     def of(cls, op: Opened, run: str, axis: XAxis, compare_with: Source | None = None) -> Shown:
@@ -606,7 +621,7 @@ def _chart_panel(s: Shown) -> None:
     if s.run == FIRST:  # no controls yet: a range chosen in the chart before (a redraw's) is drawn all the same
         x_range = st.session_state.get(zoom_key(s.key, model.seq_id))
     fig = position_figure(result, seq_id=model.seq_id, axis=model.axis, x_range=x_range, tolerance=s.tolerance,
-                          max_points=FIRST_MAX_POINTS if s.run == FIRST else DEFAULT_MAX_POINTS)
+                          max_points=FIRST_MAX_POINTS if s.run == FIRST else DEFAULT_MAX_POINTS, title=s.partial)
     # Dragging across the chart chooses the range to zoom into, held on the server (the range slider's own
     # key): every redraw is a new figure, which the browser draws afresh, so a zoom kept only there would be
     # lost each second under --follow and when the rest of a first open arrives. Double-click: the whole log.
@@ -845,6 +860,33 @@ def _follow_first(src: Source, head: Slots) -> bool:
     return True
 
 
+def _head_of_upload(src: Source) -> tuple[Opened, str] | None:
+    """A big upload's head parsed (HEAD_BYTES of its text), to draw its first chart from, and the chart's label
+    saying how much of the upload it shows (numbers only: the name is a stranger's); None when the upload is small,
+    parsed whole already, ended within its head, or cannot be read (then it is read whole, which says why)."""
+    data = src.data
+    if data is None or (len(data) <= HEAD_BYTES and not data.startswith(GZIP_MAGIC)) or src.digest in _parsed_whole:
+        return None
+    try:
+        head = parse_head(data, max_bytes=HEAD_BYTES, name=src.name)
+    except analyze.InputError:
+        return None
+    if head.whole or head.result.verdict.kind == "no_log":
+        return None
+    total = _text_size(data)
+    of = f" of {total / 1e6:,.1f}" if total is not None and total >= head.read else ""
+    title = f"Read {head.read / 1e6:,.1f}{of} MB so far: the whole chart and the rest of the page follow"
+    return Opened(src, head.result, None), title
+
+
+def _text_size(data: bytes) -> int | None:
+    """The log's text in all: a plain upload's size, a .gz's from its trailer (the unpacked size of its last
+    member, modulo 4 GiB: the caller checks it against what was read); None when it has none."""
+    if not data.startswith(GZIP_MAGIC):
+        return len(data)
+    return int.from_bytes(data[-4:], "little") if len(data) >= 18 else None
+
+
 def _upload_first(src: Source) -> bool:
     """An upload (or a paste) shown for the first time in a browser: drawn chart first, as a path is (the
     sidebar's widgets are drawn all the same: the upload lives in one of them)."""
@@ -883,7 +925,7 @@ def _head_of(name: str, waiting: bool) -> Slots:
 
 
 def show_log(src: Source, run: str, opened: Opened | None = None, slots: Slots | None = None,
-             compare_with: Source | None = None) -> None:
+             compare_with: Source | None = None, partial: str | None = None) -> None:
     """A log's page: its panels (on a first open, `run` FIRST, the chart alone); `opened`: already read (a
     followed capture that has ended); `slots`: laid out already. An unreadable log gets its error, and one with
     no llama.cpp lines its verdict only."""
@@ -897,6 +939,7 @@ def show_log(src: Source, run: str, opened: Opened | None = None, slots: Slots |
         st.error(escape(f"{op.source.name}: {op.error}"))
         return
     shown = Shown.of(op, run, capture_axis(op.source, op.parsed), compare_with)
+    shown.partial = partial
     if op.parsed.verdict.kind == "no_log":
         slots.chart.empty()
         draw_panels(shown, [p for p in PANELS if p.name == "verdict"], slots)
@@ -948,7 +991,12 @@ def main() -> None:
     src = sources[pick]
     compare_with = sources[cmp_pick] if cmp_pick is not None else None
     if _upload_first(src):
-        show_log(src, FIRST)
+        started = _head_of_upload(src)
+        if started is None:
+            show_log(src, FIRST)
+        else:  # its head's chart, labelled as partial; the whole is parsed meanwhile, for the rest of the page
+            show_log(src, FIRST, opened=started[0], partial=started[1])
+            preload.start_upload(src.digest, src.data or b"", src.name)
         _rest_later()
         return
     if src.live:

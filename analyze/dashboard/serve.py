@@ -52,11 +52,22 @@ def _warm() -> None:
             logger.removeFilter(_not_no_runtime)
 
 
+def _run_by_streamlit() -> None:
+    """Streamlit checks, on the first element a process sends, whether the script runs outside `streamlit run`
+    (to say how to view it): `inspect.stack()` over the sources of every loaded module, 0.15-0.3 s with the
+    modules warmed above, paid by the first page. This process is always `streamlit run`: the check is skipped."""
+    from streamlit import delta_generator
+
+    if hasattr(delta_generator, "_use_warning_has_been_displayed"):
+        delta_generator._use_warning_has_been_displayed = True  # noqa: SLF001
+
+
 def main() -> None:
     path = os.environ.get(OPEN_ENV, "").strip()
     if path and os.environ.get(FOLLOW_ENV) != "1":
         preload.start(path)
     _warm()
+    _run_by_streamlit()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *sys.argv[1:]]

@@ -170,6 +170,45 @@ def parse(source: Source, *, name: str | None = None, progress: bool = False, jo
     return _result(walker, opened.name, size, opened.warnings, opened.truncated, opened.thread)
 
 
+@dataclass(slots=True)
+class Head:
+    """The start of a log parsed as if the log ended there (`parse_head`): what a chart of it so far shows."""
+
+    result: ParseResult
+    read: int  # bytes of the log's text read (a .gz's unpacked bytes)
+    size: int | None  # the source's bytes in all (a .gz's packed bytes; None when unknown)
+    whole: bool  # the source ended within the head: `result` is the whole log
+
+
+def parse_head(source: Source, *, max_bytes: int, name: str | None = None) -> Head:
+    """Parse a log's first `max_bytes` of text (whole lines, a little past it) as a log that ends there.
+
+    A big upload's first chart is drawn from it while the whole log is parsed (the dashboard); its verdict and
+    tables are of the head only, so nothing but a chart labelled as partial should read them. A GitHub thread is
+    read whole (its parts are one document)."""
+    opened = open_source(source, name)
+    walker = Walker()
+    if opened.thread is not None:
+        walker.part_starts = frozenset(opened.thread.first_lines)
+    n_bytes, whole = 0, True
+    try:
+        for text in iter_chunks(opened):
+            feed_log(walker, text)
+            n_bytes += len(text)
+            if n_bytes >= max_bytes and opened.thread is None:
+                whole = False
+                break
+    except MemoryError:
+        raise InputError(f"{opened.name}: out of memory while reading") from None
+    finally:
+        if opened.stream is not sys.stdin.buffer:
+            opened.stream.close()
+    close_log(walker)
+    size = opened.size if opened.size is not None else n_bytes
+    return Head(_result(walker, opened.name, size, opened.warnings, not whole or opened.truncated, opened.thread),
+                n_bytes, opened.size, whole)
+
+
 def _unpack(opened: Opened, path: Path) -> None:
     """A .gz's bytes into a plain file the split parse can cut (what GzipReader reads, warnings and all)."""
     try:

@@ -61,6 +61,58 @@ def test_an_upload_is_drawn_chart_first_then_the_whole_page() -> None:
     assert at.metric and "Verdict: inconsistent positions" in _texts(at)
 
 
+def _title(at: AppTest) -> str:
+    return str((json.loads(at.get("plotly_chart")[0].proto.spec)["layout"].get("title") or {}).get("text") or "")
+
+
+def _last_x(at: AppTest) -> float:
+    """The largest x the chart's target and drafter lines reach (Plotly sends them packed: base64 float64)."""
+    import base64
+
+    import numpy as np
+
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    xs = [np.frombuffer(base64.b64decode(t["x"]["bdata"]), dtype=t["x"]["dtype"]) if isinstance(t["x"], dict)
+          else np.asarray(t["x"], dtype=float) for t in spec["data"] if t.get("name") in ("target", "drafter")]
+    return float(max(np.nanmax(x) for x in xs))
+
+
+def test_a_big_upload_is_drawn_from_its_head_first_labelled_partial_then_whole() -> None:
+    import gzip
+
+    from kvtrace import analyze
+    from kvtrace.analyze.dashboard import page, preload
+
+    raw = (STALE / "raw.log").read_bytes() * 40  # real engine output, 7 MB: over the head's 4 MB
+    assert len(raw) > page.HEAD_BYTES
+    data = gzip.compress(raw, mtime=0)
+    whole = analyze.parse(data, name="big.log.gz")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.sidebar.file_uploader[0].set_value([("big.log.gz", data, "application/gzip")])
+    at.run()
+    assert not at.exception
+    # the head's chart alone, labelled as partial (how much of the upload it shows), nothing from a verdict
+    assert len(at.get("plotly_chart")) == 1 and {"target", "drafter"} <= _names(at)
+    assert _title(at).startswith("Read 4.") and f"of {len(raw) / 1e6:,.1f} MB so far" in _title(at)
+    assert not at.metric and not at.get("dataframe") and "Verdict" not in _texts(at)
+    head_end = _last_x(at)
+    assert any(k.startswith("upload:") for k in preload._jobs)  # noqa: SLF001 - the whole is parsed meanwhile
+    at.run()  # the browser's timer: the rest of the page, the whole chart among it, from the whole parse
+    assert not at.exception
+    assert not _title(at) and _last_x(at) > head_end * 1.3  # the whole log's chart: it reaches further
+    errors = [m for m in at.metric if m.label == "Position errors"]
+    assert errors and errors[0].value == f"{whole.verdict.n_position_errors:,}"
+    assert not any(k.startswith("upload:") for k in preload._jobs)  # noqa: SLF001 - taken, its bytes removed
+    # the same bytes opened again (another tab): the parse held already draws the whole chart at once, no child
+    again = AppTest.from_file(APP, default_timeout=120)
+    again.run()
+    again.sidebar.file_uploader[0].set_value([("copy.log.gz", data, "application/gzip")])
+    again.run()
+    assert not again.exception and not _title(again) and _last_x(again) == _last_x(at)
+    assert not any(k.startswith("upload:") for k in preload._jobs)  # noqa: SLF001
+
+
 def test_a_followed_finished_capture_is_drawn_chart_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(OPEN_ENV, str(STALE))
     monkeypatch.setenv(FOLLOW_ENV, "1")

@@ -8,6 +8,7 @@ The log is the bundled stale-drafter sample (real engine output), written line b
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -251,5 +252,50 @@ def test_an_upload_is_drawn_chart_first_and_a_range_dragged_then_survives() -> N
             _drag_before_the_rest(page, "zoom-first-upload")
             seen = page.evaluate("window.__firstSeen")
             assert seen["chart"] < min(seen["metric"], seen["table"]), seen  # the chart came first
+        finally:
+            browser.close()
+
+
+def _title(page: Any) -> str:
+    """The position chart's title as drawn (Plotly's own SVG text); '' when it has none."""
+    return str(page.evaluate(f"""() => document.querySelector("{CHART} .gtitle")?.textContent ?? "" """))
+
+
+def test_a_big_upload_is_drawn_from_its_head_first_then_whole_and_a_range_dragged_on_the_head_survives(
+        tmp_path: Path) -> None:
+    """An upload over the head's 4 MB: the chart of its first lines comes first, labelled as partial, before any
+    metric or table; a range dragged across that chart is the whole chart's when the rest of the page comes."""
+    import gzip
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.analyze.dashboard.test_browser import FIRST_SEEN
+
+    assert CHROMIUM is not None, "chromium is required in CI: run `make browser`"
+    ARTIFACTS.mkdir(exist_ok=True)
+    big = tmp_path / "big.log.gz"  # real engine output repeated to 7 MB of text
+    big.write_bytes(gzip.compress(STALE.read_bytes() * 40, mtime=0))
+    with _dashboard(None, "zoom-big-upload-dashboard") as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1600})
+            page.add_init_script(FIRST_SEEN)
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files([str(big)])
+            page.wait_for_selector(f"{CHART} .scatterlayer .trace .js-line", state="attached", timeout=120_000)
+            partial = _title(page)
+            assert re.match(r"Read 4\.[2-4] of 7\.4 MB so far", partial), partial  # 4 MiB and whole lines
+            _mark(page)
+            head_range = _chart(page)["range"]
+            _drag_before_the_rest(page, "zoom-big-upload")
+            assert _title(page) == ""  # the whole chart: no longer labelled as partial
+            assert not _chart(page)["marked"]  # drawn afresh from the whole parse
+            seen = page.evaluate("window.__firstSeen")
+            assert seen["chart"] < min(seen["metric"], seen["table"]), seen  # the head's chart came first
+            page.get_by_role("button", name="Whole log").click()
+            page.wait_for_function(f"""() => {{
+                const g = document.querySelector("{CHART}");
+                return g && g._fullLayout && g._fullLayout.xaxis.range[1] > {head_range[1]} * 1.3; }}""",
+                                   timeout=60_000)  # the whole log reaches well past the head
         finally:
             browser.close()
