@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,22 @@ def replayed_positions(folder: Path) -> dict[int, tuple[int, int]]:
         return r.replay_of
 
     return positions(read_records(folder / "requests.jsonl"), of)
+
+
+def two_streams_at_once(chat: Any, model: str, max_tokens: int) -> None:
+    """Two streamed requests in flight together (two slots busy at once), read to their ends."""
+
+    def one(prompt: str) -> None:
+        for _ in chat.create(model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+                             temperature=0, stream=True):
+            pass
+
+    both = [threading.Thread(target=one, args=(p,)) for p in ("the first people made a long way",
+                                                              "how many words can you write")]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join()
 
 
 def cancel_mid_stream(chat: Any, model: str, recording: Path, tries: int = 5) -> int:

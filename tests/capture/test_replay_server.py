@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from tests.capture.replay_helpers import (
     recorded_positions,
     replay,
     replayed_positions,
+    two_streams_at_once,
 )
 
 pytestmark = NEEDS_SERVER
@@ -66,18 +66,7 @@ def drive(port: int, recording: Path) -> dict[str, Any]:
                   {"role": "tool", "tool_call_id": "call_1", "content": "the water is 40 cm up"}]
     chat.create(model="tiny", messages=with_tools, tools=TOOLS, max_tokens=16, temperature=0)  # type: ignore[arg-type]
 
-    def one(prompt: str) -> None:
-        stream = chat.create(model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=48,
-                             temperature=0, stream=True)
-        for _ in stream:
-            pass
-
-    both = [threading.Thread(target=one, args=(p,)) for p in ("the first people made a long way",
-                                                              "how many words can you write")]
-    for t in both:
-        t.start()
-    for t in both:
-        t.join()
+    two_streams_at_once(chat, "tiny", 48)
     cancel_mid_stream(chat, "tiny", recording)  # the client goes away mid-stream
     # an answered request after the cancel: it waits in the replay for the cancel to have happened
     chat.create(model="tiny", messages=first, max_tokens=8, temperature=0)  # type: ignore[arg-type]

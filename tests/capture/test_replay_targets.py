@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tests.capture.replay_helpers import (
     recorded_positions,
     replay,
     replayed_positions,
+    two_streams_at_once,
 )
 
 pytestmark = NEEDS_SERVER
@@ -66,17 +66,7 @@ def drive(port: int, recording: Path) -> None:
              {"role": "user", "content": "write one more word about the water"}]
     chat.create(model=MODEL, messages=turns, max_tokens=16, temperature=0)  # type: ignore[arg-type]
 
-    def one(prompt: str) -> None:
-        for _ in chat.create(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=32,
-                             temperature=0, stream=True):
-            pass
-
-    both = [threading.Thread(target=one, args=(p,)) for p in ("the first people made a long way",
-                                                              "how many words can you write")]
-    for t in both:
-        t.start()
-    for t in both:
-        t.join()
+    two_streams_at_once(chat, MODEL, 32)
     cancel_mid_stream(chat, MODEL, recording)
     chat.create(model=MODEL, messages=first, max_tokens=8, temperature=0)  # type: ignore[arg-type]
 
